@@ -1,0 +1,254 @@
+"""Run configuration: typed settings, their layers, and the resolved ``config.yaml``.
+
+A run's config has three sections, each a dataclass:
+
+- ``run``: :class:`RunSettings`, what every run has (env, search, population, budget);
+- ``strategy``: the settings class of the chosen ``--search`` (e.g. PBT's ``resample_prob``);
+- ``member``: the settings class of the member that trains ``--env`` (e.g. PPO's ``n_envs``).
+
+Layers, later wins: dataclass defaults < the member's ``run_defaults`` < an
+experiment YAML (``--config``) < command-line flags < ``-m key=value``
+overrides. A ``-m`` key is a field name (``pop_size``, ``n_envs``) or a dotted
+``section.field``. The resolved config, with the search space, is written to the
+run folder, and ``--config`` accepts that file back, so a run can be rebuilt
+from its folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from pbx.errors import UsageError
+from pbx.members import Member, MemberSettings, member_class
+from pbx.space import Space
+from pbx.strategies import ExploitExplore, Strategy, StrategySettings, make_selection, strategy_class
+
+SEARCH_SPACES = Path(__file__).resolve().parent.parent / "search_spaces"
+SECTIONS = ("run", "strategy", "member")
+
+
+@dataclass
+class RunSettings:
+    """Settings every run has (the ``run`` section)."""
+
+    env: str = "bigfish"
+    """``toy``, a ProcGen game (``bigfish``) or a gymnasium id (``CartPole-v1``)."""
+    search: str = "PBT"
+    """Strategy: ``none``, ``random``, ``PBT`` or ``PB2``."""
+    selection: str = "truncation"
+    """Exploit rule: ``truncation`` (bottom quantile copies top quantile) or ``wta`` (all copy the best)."""
+    quantile: float = 0.25
+    """Fraction of the population in the top and in the bottom group for truncation selection."""
+    pop_size: int = 4
+    """Number of members (``--batchsize`` in the PB2 code)."""
+    t_ready: int | None = None
+    """Env steps each member trains between two exploit/explore steps (None: the member's default)."""
+    max_budget: int | None = None
+    """Env steps each member trains in total (None: the member's default)."""
+    seed: int = 0
+    """Seeds the strategy's decisions and, derived per member, every member's learner."""
+    space: str | None = None
+    """Search-space YAML: a path, or a file name under ``search_spaces/`` (None: the member's default)."""
+    device: str = "auto"
+    """``auto`` (a GPU when there is one), ``cpu`` or ``cuda``."""
+    name: str | None = None
+    """Run name; the folder is ``runs/<name>`` unless ``--run-dir`` says otherwise."""
+
+    def __post_init__(self) -> None:
+        if self.pop_size < 1:
+            raise UsageError(f"pop_size must be at least 1, got {self.pop_size}")
+        if self.t_ready is not None and self.t_ready <= 0:
+            raise UsageError(f"t_ready must be a positive number of steps, got {self.t_ready}")
+        if self.max_budget is not None and self.t_ready is not None and self.max_budget < self.t_ready:
+            raise UsageError(f"max_budget ({self.max_budget}) must be at least t_ready ({self.t_ready})")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise UsageError(f"device must be auto, cpu or cuda, got {self.device!r}")
+
+    @property
+    def rounds(self) -> int:
+        """Rounds of training; the last one may be shorter when t_ready does not divide max_budget."""
+        assert self.t_ready is not None and self.max_budget is not None  # filled in by resolve()
+        return -(-self.max_budget // self.t_ready)
+
+
+@dataclass
+class RunConfig:
+    """A fully resolved run: settings of all three sections plus the search space."""
+
+    run: RunSettings
+    strategy: StrategySettings
+    member: MemberSettings
+    space: Space
+    space_source: str = ""
+    """Where the space was read from (for the record; the space itself is stored in full)."""
+    member_cls: type[Member] = field(default=Member, repr=False)
+    strategy_cls: type[Strategy] = field(default=Strategy, repr=False)
+
+    def build_strategy(self) -> Strategy:
+        return self.strategy_cls(self.strategy, make_selection(self.run.selection, self.run.quantile))
+
+    def to_dict(self) -> dict[str, Any]:
+        run = dataclasses.asdict(self.run)
+        run["space"] = self.space_source
+        return {
+            "run": run,
+            "strategy": dataclasses.asdict(self.strategy),
+            "member": dataclasses.asdict(self.member),
+            "space": self.space.to_dict(),
+        }
+
+    def write(self, path: Path) -> None:
+        path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+def resolve(layers: list[Mapping[str, Any]], overrides: list[str] = ()) -> RunConfig:  # type: ignore[assignment]
+    """Merge config layers (lowest first) and ``-m key=value`` overrides into a validated RunConfig.
+
+    Each layer is a mapping with optional ``run``/``strategy``/``member``/``space``
+    sections and/or flat ``field: value`` keys.
+    """
+    merged: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    flat: dict[str, Any] = {}
+    space_spec: Any = None
+    for layer in layers:
+        for key, value in layer.items():
+            if key in SECTIONS:
+                if not isinstance(value, Mapping):
+                    raise UsageError(f"config section {key!r} must be a mapping, got {value!r}")
+                merged[key].update(value)
+            elif key == "space" and isinstance(value, Mapping):
+                space_spec = value
+            else:
+                flat[key] = value
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"-m expects key=value, got {item!r}")
+        flat[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+
+    run_fields = _field_names(RunSettings)
+    run_raw = {**merged["run"], **{k: v for k, v in flat.items() if k in run_fields}}
+    env = str(run_raw.get("env", RunSettings.env))
+    search = str(run_raw.get("search", RunSettings.search))
+    member_cls = member_class(env)
+    strat_cls = strategy_class(search)
+    run_raw = {**member_cls.run_defaults, **run_raw}
+
+    sections = {"run": RunSettings, "strategy": strat_cls.settings_cls, "member": member_cls.settings_cls}
+    raw = {"run": run_raw, "strategy": dict(merged["strategy"]), "member": dict(merged["member"])}
+    for key, value in flat.items():
+        section, name = _route(key, sections, search, env)
+        raw[section][name] = value
+    for section, cls in sections.items():
+        unknown = set(raw[section]) - _field_names(cls)
+        if unknown:
+            raise UsageError(f"unknown {section} setting(s) {sorted(unknown)}; valid: {sorted(_field_names(cls))}")
+
+    run = build(RunSettings, raw["run"])
+    if run.t_ready is None or run.max_budget is None:
+        raise UsageError(f"t_ready and max_budget must be set for --env {env}")
+    if issubclass(strat_cls, ExploitExplore) and run.pop_size < 2:
+        raise UsageError(f"--search {search} needs a population of at least 2, got pop_size={run.pop_size}")
+    strategy = build(strat_cls.settings_cls, raw["strategy"])
+    member = build(member_cls.settings_cls, raw["member"])
+    make_selection(run.selection, run.quantile)
+
+    # A resolved config.yaml carries its space inline; a space named by a flag or -m replaces it.
+    space_source, space = _load_space(run, member_cls, None if "space" in flat else space_spec)
+    member_cls.validate(space, member, run.device)
+    return RunConfig(run, strategy, member, space, space_source, member_cls, strat_cls)
+
+
+def build(cls: type, raw: Mapping[str, Any]) -> Any:
+    """Instantiate a settings dataclass from raw (YAML or string) values, coercing to the field types."""
+    hints = typing.get_type_hints(cls)
+    values = {name: _coerce(name, value, hints[name]) for name, value in raw.items()}
+    try:
+        return cls(**values)
+    except TypeError as err:
+        raise UsageError(str(err)) from None
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise UsageError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def _field_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _route(key: str, sections: Mapping[str, type], search: str, env: str) -> tuple[str, str]:
+    """Find the section of a flat or dotted ``-m`` key."""
+    if "." in key:
+        section, name = key.split(".", 1)
+        if section not in sections:
+            raise UsageError(f"unknown config section {section!r} in {key!r}; use one of {list(sections)}")
+        return section, name
+    matches = [s for s, cls in sections.items() if key in _field_names(cls)]
+    if not matches:
+        valid = sorted(set().union(*(_field_names(c) for c in sections.values())))
+        raise UsageError(f"unknown key {key!r} for --search {search} --env {env}; valid keys: {', '.join(valid)}")
+    return matches[0], key
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    """Convert ``value`` to the type ``hint`` (int, float, str, bool or Optional of one)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            if type(None) in args:
+                return None
+        hint = next(a for a in args if a is not type(None))
+    try:
+        if hint is bool:
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("true", "1", "yes"):
+                return True
+            if str(value).lower() in ("false", "0", "no"):
+                return False
+            raise ValueError
+        if hint is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
+        if hint is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if hint is str:
+            if isinstance(value, (dict, list)):
+                raise ValueError
+            return str(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{name} must be {getattr(hint, '__name__', hint)}, got {value!r}") from None
+    return value
+
+
+def _load_space(run: RunSettings, member_cls: type[Member], spec: Any) -> tuple[str, Space]:
+    """The space from an inline spec (a resolved config.yaml), a path, or a file under search_spaces/."""
+    if spec is not None:
+        return run.space or "inline", Space.from_dict(spec, source="config space")
+    name = run.space if run.space is not None else member_cls.space_file(run.env)
+    path = Path(name)
+    if not path.is_file() and (SEARCH_SPACES / name).is_file():
+        path = SEARCH_SPACES / name
+    return str(name), Space.load(path)

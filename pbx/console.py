@@ -1,0 +1,57 @@
+"""What the user sees while a run trains: one progress bar and one line per round.
+
+The bar counts env steps of the whole population (pop_size x max_budget) and
+shows the current best score; it turns itself off when the output is not a
+terminal (CI logs, pipes), where the round lines alone are printed.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Sequence
+
+import pandas as pd
+from tqdm import tqdm
+
+from pbx.strategies import Decision
+
+
+def format_score(value: float) -> str:
+    return "nan" if math.isnan(value) else f"{value:.4g}"
+
+
+def round_line(round_: int, rounds: int, rows: pd.DataFrame, decisions: Sequence[Decision]) -> str:
+    """``round 3/50 | steps 16 | best 0.71 (m2) | mean 0.55 | test 0.70 | m0<-m2 h0 * 1.2``."""
+    scores = rows["score"]
+    best = int(rows.loc[scores.fillna(-math.inf).idxmax(), "member"]) if len(rows) else -1
+    parts = [
+        f"round {round_ + 1}/{rounds}",
+        f"steps {int(rows['steps'].max()):,}",
+        f"best {format_score(float(scores.max()))} (m{best})",
+        f"mean {format_score(float(scores.mean()))}",
+    ]
+    if rows["test_score"].notna().any():
+        parts.append(f"test {format_score(float(rows['test_score'].max()))}")
+    copies = [f"m{d.member}<-m{d.donor} {', '.join(d.ops)}".rstrip() for d in decisions if d.copies or d.explored]
+    parts.append("; ".join(copies) if copies else "no copies")
+    return " | ".join(parts)
+
+
+class Console:
+    def __init__(self, total_steps: int, done_steps: int, desc: str) -> None:
+        self._bar = tqdm(total=total_steps, initial=done_steps, desc=desc, unit="step", unit_scale=True,
+                         dynamic_ncols=True, disable=None, file=sys.stderr, leave=True)
+
+    def advance(self, steps: int) -> None:
+        self._bar.update(steps)
+
+    def best(self, score: float) -> None:
+        self._bar.set_postfix_str(f"best {format_score(score)}", refresh=False)
+
+    def line(self, text: str) -> None:
+        """Print above the bar (or plainly when the bar is off)."""
+        self._bar.write(text, file=sys.stdout)
+
+    def close(self) -> None:
+        self._bar.close()

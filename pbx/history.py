@@ -1,0 +1,194 @@
+"""The population's memory: one row per (member, round), the single source of truth.
+
+Row ``(m, r)`` describes member ``m``'s training in round ``r``:
+
+- ``steps``: the member's cumulative env steps at the end of the round;
+- ``wall_s``: seconds since the run started, when the round ended;
+- ``score`` / ``test_score``: train and held-out score at the end of the round
+  (``NaN`` when unknown, see the NaN policy in :mod:`pbx.strategies.selection`);
+- one column per hyperparameter: the config used *during* the round;
+- ``parent``: the member whose state ``m`` started the round from (``m`` itself
+  unless it copied a donor after round ``r - 1``);
+- ``explored``: whether the config was changed at the start of the round.
+
+So an exploit decided after round ``r`` shows up in row ``(m, r + 1)``. PB2 reads
+improvement rates straight off this table, reports draw lineages from it, and
+``--resume`` rebuilds a run from it.
+
+:class:`History` is the read-only view strategies and reports get;
+:class:`HistoryLog` is the append-only CSV writer the runners own.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from pbx.errors import UsageError
+from pbx.space import Value
+
+BASE_COLUMNS = ["member", "round", "steps", "wall_s", "score", "test_score", "parent", "explored"]
+_INT_COLUMNS = ("member", "round", "steps", "parent")
+_FLOAT_COLUMNS = ("wall_s", "score", "test_score")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One member's result for one round (see the module docstring for the meaning of each field)."""
+
+    member: int
+    round: int
+    steps: int
+    wall_s: float
+    score: float
+    test_score: float
+    parent: int
+    explored: bool
+    config: Mapping[str, Value]
+
+    def as_record(self, hp_names: Sequence[str]) -> dict[str, object]:
+        record: dict[str, object] = {
+            "member": self.member, "round": self.round, "steps": self.steps, "wall_s": self.wall_s,
+            "score": self.score, "test_score": self.test_score, "parent": self.parent,
+            "explored": self.explored,
+        }
+        record.update({name: self.config[name] for name in hp_names})
+        return record
+
+
+class History:
+    """A read-only table of rows, as a pandas DataFrame plus the queries strategies need."""
+
+    def __init__(self, hp_names: Sequence[str], frame: pd.DataFrame | None = None) -> None:
+        self.hp_names = list(hp_names)
+        self.frame = frame if frame is not None else _empty_frame(self.hp_names)
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    @property
+    def last_round(self) -> int:
+        """The last finished round, or -1 before the first."""
+        return int(self.frame["round"].max()) if len(self.frame) else -1
+
+    def round(self, r: int) -> pd.DataFrame:
+        """Rows of round ``r``, one per member, sorted by member."""
+        return self.frame[self.frame["round"] == r].sort_values("member").reset_index(drop=True)
+
+    def latest(self) -> pd.DataFrame:
+        return self.round(self.last_round)
+
+    def config_of(self, row: pd.Series) -> dict[str, Value]:
+        """The hyperparameters of a row, as plain Python values."""
+        return {name: _plain(row[name]) for name in self.hp_names}
+
+    def with_rows(self, rows: Sequence[Row]) -> History:
+        """A new history with ``rows`` appended (the original is unchanged)."""
+        new = pd.DataFrame([r.as_record(self.hp_names) for r in rows], columns=self.frame.columns)
+        frame = new if not len(self.frame) else pd.concat([self.frame, new], ignore_index=True)
+        return History(self.hp_names, _typed(frame))
+
+
+class HistoryLog:
+    """The append-only ``history.csv`` of a run: every round flushed and fsynced as it finishes."""
+
+    def __init__(self, path: Path, hp_names: Sequence[str]) -> None:
+        self.path = Path(path)
+        self.columns = BASE_COLUMNS + list(hp_names)
+        self.history = History(hp_names)
+        if self.path.exists():
+            self.history = History(hp_names, self._read_complete_rounds())
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._write_lines([self.columns], mode="w")
+
+    def append(self, rows: Sequence[Row]) -> History:
+        """Append one finished round; it is on disk when this returns."""
+        self._write_lines([_csv_fields(r.as_record(self.history.hp_names), self.columns) for r in rows], mode="a")
+        self.history = self.history.with_rows(rows)
+        return self.history
+
+    def _write_lines(self, lines: list[list[str]], mode: str) -> None:
+        with open(self.path, mode, newline="") as f:
+            csv.writer(f).writerows(lines)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _read_complete_rounds(self) -> pd.DataFrame:
+        """Read the file, dropping a torn last line or a partly written last round (a kill mid-write)."""
+        frame = read_csv(self.path)
+        if list(frame.columns) != self.columns:
+            raise UsageError(f"{self.path}: columns {list(frame.columns)} do not match the run's {self.columns}")
+        if len(frame):
+            members = frame["member"].nunique()
+            last = frame["round"].max()
+            if (frame["round"] == last).sum() < members:
+                frame = frame[frame["round"] < last]
+        # Rewrite so the file holds exactly the rounds we keep; later appends then follow whole rounds.
+        kept = [self.columns] + [_csv_fields(rec, self.columns) for rec in frame.to_dict("records")]
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w", newline="") as f:
+            csv.writer(f).writerows(kept)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        return frame.reset_index(drop=True)
+
+
+def read_csv(path: Path | str) -> pd.DataFrame:
+    """Read a ``history.csv`` exactly as written (floats round-trip bit for bit)."""
+    try:
+        frame = pd.read_csv(path, float_precision="round_trip", on_bad_lines="skip")
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as err:
+        raise UsageError(f"{path}: not a pbx history file ({err})") from None
+    missing = [c for c in BASE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise UsageError(f"{path}: not a pbx history file (missing columns {missing})")
+    frame = frame.dropna(subset=list(_INT_COLUMNS))
+    return _typed(frame)
+
+
+def _typed(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame.copy()
+    for col in _INT_COLUMNS:
+        frame[col] = frame[col].astype(np.int64)
+    for col in _FLOAT_COLUMNS:
+        frame[col] = frame[col].astype(np.float64)
+    frame["explored"] = frame["explored"].map(lambda v: v is True or str(v) == "True").astype(bool)
+    return frame
+
+
+def _empty_frame(hp_names: Sequence[str]) -> pd.DataFrame:
+    return _typed(pd.DataFrame(columns=BASE_COLUMNS + list(hp_names)))
+
+
+def _csv_fields(record: Mapping[str, object], columns: Sequence[str]) -> list[str]:
+    return [_format(record[c]) for c in columns]
+
+
+def _format(value: object) -> str:
+    # repr() of a float is its shortest exact form, so a resumed run reads back the same bits.
+    if isinstance(value, (bool, np.bool_)):
+        return "True" if value else "False"
+    if isinstance(value, (float, np.floating)):
+        return "nan" if math.isnan(value) else repr(float(value))
+    if isinstance(value, np.integer):
+        return str(int(value))
+    return str(value)
+
+
+def _plain(value: object) -> Value:
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value  # type: ignore[return-value]

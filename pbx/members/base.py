@@ -1,0 +1,108 @@
+"""The member contract: what a population trains.
+
+A member owns one learner and everything it needs to continue (for PPO: the
+policy, the optimizer, its envs and their normalisation statistics). Runners
+call, per round: :meth:`Member.train`, optionally :meth:`Member.evaluate`,
+:meth:`Member.save`; and for an exploit :meth:`Member.load` of the donor's file
+followed by :meth:`Member.apply` of the new config.
+
+A new agent is one file under ``pbx/members/`` with a subclass of
+:class:`Member` registered in :mod:`pbx.members`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from pbx.space import Config, Space
+
+
+@dataclass
+class MemberSettings:
+    """Settings of a member type (the ``member`` section of ``config.yaml``), fixed for the whole run."""
+
+
+@dataclass(frozen=True)
+class MemberContext:
+    """What the runner tells a member about where it lives.
+
+    Args:
+        env: the ``--env`` name.
+        index: the member's index in the population.
+        seed: the member's own seed (derived from the run seed and ``index``).
+        device: the ``--device`` value: ``"auto"``, ``"cpu"`` or ``"cuda"`` (members resolve ``auto``).
+        log_dir: a folder of the member's own for learner diagnostics (TensorBoard), or None.
+    """
+
+    env: str
+    index: int
+    seed: int
+    device: str = "auto"
+    log_dir: Path | None = None
+
+
+class Member(ABC):
+    settings_cls: ClassVar[type[MemberSettings]] = MemberSettings
+    default_space: ClassVar[str]
+    """The file under ``search_spaces/`` used when the run names no ``space``."""
+    run_defaults: ClassVar[dict[str, object]] = {}
+    """Run settings this member type wants unless the user says otherwise (``t_ready``, ``max_budget``, ...)."""
+
+    @classmethod
+    def space_file(cls, env: str) -> str:
+        """The search-space file (under ``search_spaces/``) for ``env`` when the run names none."""
+        return cls.default_space
+
+    @classmethod
+    def validate(cls, space: Space, settings: MemberSettings, device: str) -> None:
+        """Raise :class:`UsageError` for a space, settings or device this member cannot train with.
+
+        Called once by the runner before any member is built, so bad input fails in
+        a second, not after the first round.
+        """
+
+    def __init__(self, context: MemberContext, settings: MemberSettings, config: Config) -> None:
+        """Build a fresh learner that will train with ``config`` (call :meth:`apply` at the end)."""
+        self.context = context
+        self.settings = settings
+        self.steps = 0
+        """Env steps trained so far; part of the checkpoint, so a copy inherits the donor's count."""
+
+    @property
+    @abstractmethod
+    def config(self) -> Config:
+        """The hyperparameters in use now (what the runner records in the history)."""
+
+    @abstractmethod
+    def train(self, steps: int) -> float:
+        """Train for ``steps`` env steps and return the train score of this stretch (NaN if none)."""
+
+    @abstractmethod
+    def evaluate(self) -> float:
+        """Score on held-out conditions (test levels for ProcGen); NaN if the member has none."""
+
+    @abstractmethod
+    def apply(self, config: Config) -> None:
+        """Use ``config`` from now on; must reach every place the learner reads a hyperparameter."""
+
+    @abstractmethod
+    def save(self, path: Path) -> None:
+        """Write everything needed to continue bit for bit into one file at ``path``."""
+
+    @abstractmethod
+    def load(self, path: Path) -> None:
+        """Restore the state written by :meth:`save` (of this member, or of a donor for an exploit).
+
+        The config in the file is restored too; the runner calls :meth:`apply` afterwards when
+        the decision changes it.
+        """
+
+    def diagnostics(self) -> dict[str, float]:
+        """Extra per-round scalars to log (e.g. losses); empty by default."""
+        return {}
+
+    def close(self) -> None:
+        """Release envs, threads and files."""

@@ -1,0 +1,1 @@
+"""Runners: the only place that trains members, applies decisions and moves checkpoints."""

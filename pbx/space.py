@@ -1,0 +1,221 @@
+"""Search spaces: the hyperparameters a population explores, and their bounds.
+
+A space maps names to parameters. Continuous parameters live on ``[low, high]``
+(optionally on a log scale) and map to and from ``[0, 1]`` so that strategies
+such as PB2 can work on the unit cube; categorical parameters hold a fixed tuple
+of choices. Spaces are read from YAML files like ``search_spaces/toy.yaml``::
+
+    h0: {type: continuous, low: 0.0, high: 1.0, default: 0.5}
+    lr: {type: continuous, low: 1.0e-5, high: 1.0e-3, log: true}
+    aug: {type: categorical, choices: [crop, flip]}
+
+``default`` is optional: it is the value the fixed-hyperparameter baseline
+(``--search none``) uses. Without it the default is the middle of the range (on
+the log scale for log parameters) or the first choice.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Union
+
+import numpy as np
+import yaml
+
+from pbx.errors import UsageError
+
+Value = Union[float, str, int, bool]
+Config = dict[str, Value]
+
+
+@dataclass(frozen=True)
+class Continuous:
+    """A real-valued hyperparameter on ``[low, high]``."""
+
+    low: float
+    high: float
+    log: bool = False
+    """Sample, perturb and model on ``log(value)`` (learning rates, coefficients spanning decades)."""
+    default: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+            raise UsageError(f"bounds must be finite numbers, got low={self.low}, high={self.high}")
+        if self.low >= self.high:
+            raise UsageError(f"low must be below high, got low={self.low}, high={self.high}")
+        if self.log and self.low <= 0:
+            raise UsageError(f"a log-scale parameter needs low > 0, got low={self.low}")
+        if self.default is not None and not self.low <= self.default <= self.high:
+            raise UsageError(f"default {self.default} is outside [{self.low}, {self.high}]")
+
+    def to_unit(self, value: float) -> float:
+        """Map a value in ``[low, high]`` to ``[0, 1]`` (linearly in log space for log parameters)."""
+        if self.log:
+            return (math.log(value) - math.log(self.low)) / (math.log(self.high) - math.log(self.low))
+        return (value - self.low) / (self.high - self.low)
+
+    def from_unit(self, u: float) -> float:
+        """Inverse of :meth:`to_unit`; ``u`` is clipped to ``[0, 1]`` first."""
+        u = min(max(float(u), 0.0), 1.0)
+        if self.log:
+            return self.clip(math.exp(math.log(self.low) + u * (math.log(self.high) - math.log(self.low))))
+        return self.clip(self.low + u * (self.high - self.low))
+
+    def clip(self, value: float) -> float:
+        return min(max(float(value), self.low), self.high)
+
+    def sample(self, rng: np.random.Generator) -> float:
+        return self.from_unit(rng.uniform())
+
+    def initial(self) -> float:
+        return self.default if self.default is not None else self.from_unit(0.5)
+
+
+@dataclass(frozen=True)
+class Categorical:
+    """A hyperparameter taking one of a fixed tuple of choices."""
+
+    choices: tuple[Value, ...]
+    default: Value | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.choices) == 0:
+            raise UsageError("a categorical parameter needs at least one choice, got an empty list")
+        if len(set(self.choices)) != len(self.choices):
+            raise UsageError(f"categorical choices must be distinct, got {list(self.choices)}")
+        if self.default is not None and self.default not in self.choices:
+            raise UsageError(f"default {self.default!r} is not one of {list(self.choices)}")
+
+    def sample(self, rng: np.random.Generator) -> Value:
+        return self.choices[int(rng.integers(len(self.choices)))]
+
+    def initial(self) -> Value:
+        return self.default if self.default is not None else self.choices[0]
+
+
+Param = Union[Continuous, Categorical]
+
+
+@dataclass(frozen=True)
+class Space:
+    """An ordered mapping of hyperparameter names to parameters."""
+
+    params: Mapping[str, Param] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.params:
+            raise UsageError("a search space needs at least one hyperparameter")
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.params)
+
+    @property
+    def continuous(self) -> list[str]:
+        """Names of the continuous parameters, in space order (the columns of :meth:`to_unit`)."""
+        return [n for n, p in self.params.items() if isinstance(p, Continuous)]
+
+    @property
+    def categorical(self) -> list[str]:
+        return [n for n, p in self.params.items() if isinstance(p, Categorical)]
+
+    def sample(self, rng: np.random.Generator) -> Config:
+        """Draw every parameter from its prior (uniform, or log-uniform for log parameters)."""
+        return {name: p.sample(rng) for name, p in self.params.items()}
+
+    def initial(self) -> Config:
+        """The fixed baseline configuration (each parameter's ``default``)."""
+        return {name: p.initial() for name, p in self.params.items()}
+
+    def clip(self, config: Mapping[str, Value]) -> Config:
+        """Clip continuous values into their bounds; categorical values are returned unchanged."""
+        return {
+            name: p.clip(config[name]) if isinstance(p, Continuous) else config[name]
+            for name, p in self.params.items()
+        }
+
+    def to_unit(self, config: Mapping[str, Value]) -> np.ndarray:
+        """The continuous part of ``config`` as a point of ``[0, 1]^d`` (d = number of continuous params)."""
+        return np.array([self.params[n].to_unit(float(config[n])) for n in self.continuous])  # type: ignore[union-attr]
+
+    def from_unit(self, u: np.ndarray, base: Mapping[str, Value]) -> Config:
+        """Replace the continuous values of ``base`` by the point ``u`` of the unit cube."""
+        out = dict(base)
+        for name, ui in zip(self.continuous, np.asarray(u, dtype=float)):
+            out[name] = self.params[name].from_unit(ui)  # type: ignore[union-attr]
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Any, source: str = "search space") -> Space:
+        """Build a space from the parsed YAML mapping; every malformed entry raises :class:`UsageError`."""
+        if not isinstance(raw, dict) or not raw:
+            raise UsageError(f"{source}: expected a mapping of parameter names to specs, got {raw!r}")
+        params: dict[str, Param] = {}
+        for name, spec in raw.items():
+            try:
+                params[str(name)] = _param_from_spec(spec)
+            except UsageError as err:
+                raise UsageError(f"{source}: parameter {name!r}: {err}") from None
+        return cls(params)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Space:
+        path = Path(path)
+        if not path.is_file():
+            raise UsageError(f"search space file not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as err:
+            first = str(err).splitlines()[0]
+            raise UsageError(f"{path}: not valid YAML ({first})") from None
+        return cls.from_dict(raw, source=str(path))
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The YAML form, as written into a run's ``config.yaml``."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, p in self.params.items():
+            if isinstance(p, Continuous):
+                spec: dict[str, Any] = {"type": "continuous", "low": p.low, "high": p.high, "log": p.log}
+            else:
+                spec = {"type": "categorical", "choices": list(p.choices)}
+            if p.default is not None:
+                spec["default"] = p.default
+            out[name] = spec
+        return out
+
+
+def _number(spec: Mapping[str, Any], key: str) -> float:
+    # YAML 1.1 reads ``1e-5`` (no dot) as a string; accept it as the number the user meant.
+    value = spec[key]
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{key} must be a number, got {value!r}") from None
+
+
+def _param_from_spec(spec: Any) -> Param:
+    if not isinstance(spec, dict):
+        raise UsageError(f"expected a mapping with a 'type', got {spec!r}")
+    kind = spec.get("type")
+    allowed = {"continuous": {"type", "low", "high", "log", "default"},
+               "categorical": {"type", "choices", "default"}}
+    if kind not in allowed:
+        raise UsageError(f"unknown type {kind!r}; use 'continuous' or 'categorical'")
+    unknown = set(spec) - allowed[kind]
+    if unknown:
+        raise UsageError(f"unknown key(s) {sorted(unknown)} for a {kind} parameter")
+    if kind == "continuous":
+        for key in ("low", "high"):
+            if key not in spec:
+                raise UsageError(f"a continuous parameter needs '{key}'")
+        default = _number(spec, "default") if spec.get("default") is not None else None
+        log = spec.get("log", False)
+        if not isinstance(log, bool):
+            raise UsageError(f"log must be true or false, got {log!r}")
+        return Continuous(_number(spec, "low"), _number(spec, "high"), log=log, default=default)
+    choices = spec.get("choices")
+    if not isinstance(choices, list):
+        raise UsageError(f"choices must be a list, got {choices!r}")
+    return Categorical(tuple(choices), default=spec.get("default"))

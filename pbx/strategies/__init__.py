@@ -1,0 +1,27 @@
+"""Search strategies: pure ``decide(history, space, rng)`` functions over a population.
+
+``STRATEGIES`` maps the ``--search`` name to the class. A new strategy is one
+file in this package with a :class:`Strategy` subclass, added here.
+"""
+
+from pbx.errors import UsageError
+from pbx.strategies.base import Decision, ExploitExplore, Strategy, StrategySettings
+from pbx.strategies.fixed import Fixed
+from pbx.strategies.pb2 import PB2, PB2Settings
+from pbx.strategies.pbt import PBT, PBTSettings
+from pbx.strategies.random_search import RandomSearch
+from pbx.strategies.selection import SELECTIONS, Selection, Truncation, WinnerTakesAll, make_selection
+
+__all__ = [
+    "Decision", "ExploitExplore", "Fixed", "PB2", "PB2Settings", "PBT", "PBTSettings", "RandomSearch",
+    "SELECTIONS", "STRATEGIES", "Selection", "Strategy", "StrategySettings", "Truncation", "WinnerTakesAll",
+    "make_selection", "strategy_class",
+]
+
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Fixed, RandomSearch, PBT, PB2)}
+
+
+def strategy_class(name: str) -> type[Strategy]:
+    if name not in STRATEGIES:
+        raise UsageError(f"unknown --search {name!r}; choose from {sorted(STRATEGIES)}")
+    return STRATEGIES[name]

@@ -1,0 +1,133 @@
+"""The strategy contract: pure decisions from the history, the space and a seeded RNG.
+
+A strategy never trains, never touches members or files. After each round the
+runner calls :meth:`Strategy.decide` and applies the returned decisions; the
+MPI runner calls it on one rank and broadcasts the result, so a strategy must
+be a pure function of its arguments (plus its immutable settings).
+
+Template method: :meth:`ExploitExplore.decide` does the shared bookkeeping
+(exploit pairs from the selection, one decision per member, pending picks of the
+round) and calls :meth:`ExploitExplore.explore` for each member that copies. PBT
+and PB2 differ in ``explore`` only; baselines (``none``, ``random``) implement
+``decide`` directly and keep every member as it is.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+
+from pbx.history import History
+from pbx.space import Config, Space, Value
+from pbx.strategies.selection import Selection, Truncation
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one member does next round.
+
+    ``donor == member`` and ``explored`` false means keep going unchanged.
+    Otherwise the member loads ``donor``'s checkpoint (when different from
+    itself) and continues with ``config``. ``ops`` say what changed, readably
+    (``"lr * 1.2"``, ``"aug resample"``), for the round line and lineage plots.
+    """
+
+    member: int
+    donor: int
+    config: Mapping[str, Value]
+    ops: tuple[str, ...] = ()
+    explored: bool = False
+
+    @property
+    def copies(self) -> bool:
+        return self.donor != self.member
+
+
+@dataclass
+class StrategySettings:
+    """Settings shared by every strategy (the ``strategy`` section of ``config.yaml``)."""
+
+
+class Strategy(ABC):
+    """What every strategy has: a name, settings, a selection rule, starting configs and ``decide``."""
+
+    name: ClassVar[str]
+    """The ``--search`` name."""
+    settings_cls: ClassVar[type[StrategySettings]] = StrategySettings
+
+    def __init__(self, settings: StrategySettings | None = None, selection: Selection | None = None) -> None:
+        self.settings = settings if settings is not None else self.settings_cls()
+        self.selection = selection if selection is not None else Truncation()
+
+    def initial_configs(self, space: Space, pop_size: int, rng: np.random.Generator) -> list[Config]:
+        """Each member's starting config; by default independent draws from the prior."""
+        return [space.sample(rng) for _ in range(pop_size)]
+
+    @abstractmethod
+    def decide(self, history: History, space: Space, rng: np.random.Generator) -> list[Decision]:
+        """One decision per member of the latest round, in member order.
+
+        Called by the runner after every finished round (never after the last).
+        Must not mutate ``history`` or ``self``; all randomness comes from ``rng``.
+        """
+
+
+def keep_all(history: History) -> list[Decision]:
+    """Every member of the latest round goes on unchanged."""
+    latest = history.latest()
+    return [Decision(int(row["member"]), int(row["member"]), history.config_of(row)) for _, row in latest.iterrows()]
+
+
+class ExploitExplore(Strategy):
+    """Truncation/winner selection, then a subclass-specific explore step for each member that copied."""
+
+    def decide(self, history: History, space: Space, rng: np.random.Generator) -> list[Decision]:
+        latest = history.latest()
+        configs = [history.config_of(row) for _, row in latest.iterrows()]
+        members = [int(m) for m in latest["member"]]
+        pairs = self.selection.pairs(latest["score"].to_numpy(dtype=float), rng)
+        context = self.prepare(history, space) if pairs else None
+        pending: list[Config] = []
+        decisions = []
+        for m, config in zip(members, configs):
+            if m not in pairs:
+                decisions.append(Decision(m, m, config))
+                continue
+            donor = pairs[m]
+            new, ops = self.explore(donor, configs[members.index(donor)], history, space, rng, pending, context)
+            pending.append(new)
+            decisions.append(Decision(m, donor, new, tuple(ops), explored=True))
+        return decisions
+
+    def prepare(self, history: History, space: Space) -> Any:
+        """Called once per :meth:`decide`, before any ``explore``: fit what the round's picks share."""
+        return None
+
+    @abstractmethod
+    def explore(
+        self,
+        donor: int,
+        donor_config: Config,
+        history: History,
+        space: Space,
+        rng: np.random.Generator,
+        pending: list[Config],
+        context: Any,
+    ) -> tuple[Config, list[str]]:
+        """A new config for a member that copied ``donor``.
+
+        Args:
+            donor: the member copied from.
+            donor_config: the donor's config in the latest round.
+            history: every finished round.
+            space: the search space (bounds, scales).
+            rng: the round's generator; the only source of randomness.
+            pending: configs already chosen for other members this round.
+            context: what :meth:`prepare` returned.
+
+        Returns:
+            The new config (inside the space's bounds) and readable operations.
+        """
