@@ -1,0 +1,52 @@
+"""Shared fixtures: toy runs in a temporary folder and synthetic histories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pbx.config import RunConfig, resolve
+from pbx.history import History, Row
+from pbx.run_dir import RunDir
+from pbx.runners.sync import SyncRunner
+from pbx.space import Categorical, Continuous, Space
+
+
+def toy_config(**run: object) -> RunConfig:
+    """A toy run's config: PBT, 4 members, 200 steps, t_ready 4, unless ``run`` says otherwise."""
+    settings = {"env": "toy", "search": "PBT", "pop_size": 4, "t_ready": 4, "max_budget": 200, "seed": 0}
+    settings.update(run)
+    return resolve([{"run": settings}])
+
+
+def run_toy(folder: Path, **run: object) -> History:
+    cfg = toy_config(**run)
+    run_dir = RunDir(folder)
+    run_dir.create()
+    cfg.write(run_dir.config)
+    return SyncRunner(cfg, run_dir).run()
+
+
+@pytest.fixture
+def mixed_space() -> Space:
+    """Two continuous parameters (one on a log scale) and a categorical one."""
+    return Space({
+        "lr": Continuous(1e-5, 1e-3, log=True),
+        "ent": Continuous(0.0, 0.2),
+        "aug": Categorical(("crop", "flip", "rotate")),
+    })
+
+
+def synthetic_history(space: Space, pop: int, rounds: int, seed: int = 0) -> History:
+    """Random configs and rising noisy scores; member 0 keeps the best score each round."""
+    rng = np.random.default_rng(seed)
+    configs = [space.sample(rng) for _ in range(pop)]
+    rows = []
+    for r in range(rounds):
+        for m in range(pop):
+            score = r * (1.0 + 0.1 * (pop - m)) + rng.normal(0, 0.01)
+            rows.append(Row(member=m, round=r, steps=(r + 1) * 10, wall_s=float(r), score=score,
+                            test_score=float("nan"), parent=m, explored=False, config=configs[m]))
+    return History(space.names).with_rows(rows)

@@ -1,0 +1,98 @@
+"""``python -m pbx.train`` as a user types it: outputs, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pbx.train import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_toy_pb2_run_from_the_command_line(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "pbx.train", "--env", "toy", "--search", "PB2", "--batchsize", "4",
+                           "--seed", "0", "--run-dir", str(run_dir)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert sum(line.startswith("round ") for line in lines) == 50  # one line per round
+    assert lines[-1].startswith("done: best final score")
+    assert proc.stderr.strip() == ""  # no warning banners
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["run"]["search"] == "PB2" and config["run"]["pop_size"] == 4 and config["run"]["t_ready"] == 4
+    assert len((run_dir / "history.csv").read_text().splitlines()) == 1 + 4 * 50
+
+
+def test_layers_config_file_then_flags_then_overrides(tmp_path) -> None:
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("run: {env: toy, search: PBT, pop_size: 6, seed: 3}\nstrategy: {resample_prob: 0.5}\n")
+    run_dir = tmp_path / "run"
+    assert main(["--config", str(exp), "--seed", "4", "--run-dir", str(run_dir), "-m", "max_budget=8",
+                 "t_ready=4", "strategy.resample_prob=0.1", "member.init=paper"]) == 0
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["run"]["pop_size"] == 6 and config["run"]["seed"] == 4 and config["run"]["max_budget"] == 8
+    assert config["strategy"]["resample_prob"] == 0.1 and config["member"]["init"] == "paper"
+    # the resolved config rebuilds the same run
+    again = tmp_path / "again"
+    assert main(["--config", str(run_dir / "config.yaml"), "--run-dir", str(again)]) == 0
+    assert yaml.safe_load((again / "config.yaml").read_text()) == config
+
+
+def _exit_code(argv: list[str]) -> int:
+    """main()'s code, whether it returns it or argparse exits with it."""
+    try:
+        return main(argv)
+    except SystemExit as stop:
+        return int(stop.code)
+
+
+BAD = [
+    (["--search", "PB3"], "unknown --search 'PB3'"),
+    (["--env", "nosuchgame"], "nosuchgame"),
+    (["--selection", "best"], "unknown selection 'best'"),
+    (["--batchsize", "1"], "population of at least 2"),
+    (["--batchsize", "0", "--search", "none"], "pop_size must be at least 1"),
+    (["--t_ready", "0"], "t_ready must be a positive"),
+    (["--t-ready", "10", "--max-budget", "5"], "max_budget (5) must be at least t_ready (10)"),
+    (["-m", "colour=blue"], "unknown key 'colour'"),
+    (["-m", "pop_size=many"], "pop_size must be int, got 'many'"),
+    (["-m", "quantile=0.9"], "quantile must be in (0, 0.5], got 0.9"),
+    (["-m", "nokey"], "-m expects key=value"),
+    (["--device", "tpu"], "device must be auto, cpu or cuda"),
+    (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
+    (["--config", "missing.yaml"], "config file not found: missing.yaml"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv: list[str], message: str) -> None:
+    env = [] if "--env" in argv else ["--env", "toy"]
+    assert _exit_code([*env, "--run-dir", str(tmp_path / "run"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("error: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_malformed_search_space_and_non_run_resume(tmp_path, capsys) -> None:
+    bad = tmp_path / "space.yaml"
+    bad.write_text("h0: {type: continuous, low: 1, high: 0}\nh1: {type: continuous, low: 0, high: 1}\n")
+    assert main(["--env", "toy", "--space", str(bad), "--run-dir", str(tmp_path / "r")]) == 2
+    assert "parameter 'h0': low must be below high" in capsys.readouterr().err
+    (tmp_path / "notarun").mkdir()
+    assert main(["--resume", str(tmp_path / "notarun")]) == 2
+    assert "not a pbx run folder" in capsys.readouterr().err
+    assert main(["--resume", str(tmp_path / "nothing")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+
+
+def test_unknown_search_in_a_subprocess_has_no_traceback() -> None:
+    proc = subprocess.run([sys.executable, "-m", "pbx.train", "--env", "toy", "--search", "PB3"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr == "error: unknown --search 'PB3'; choose from ['PB2', 'PBT', 'none', 'random']\n"
