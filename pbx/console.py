@@ -14,6 +14,7 @@ from typing import Sequence
 import pandas as pd
 from tqdm import tqdm
 
+from pbx.history import rank_best_first
 from pbx.strategies import Decision
 
 
@@ -24,7 +25,7 @@ def format_score(value: float) -> str:
 def round_line(round_: int, rounds: int, rows: pd.DataFrame, decisions: Sequence[Decision]) -> str:
     """``round 3/50 | steps 16 | best 0.71 (m2) | mean 0.55 | test 0.70 | m0<-m2 h0 * 1.2``."""
     scores = rows["score"]
-    best = int(rows.loc[scores.fillna(-math.inf).idxmax(), "member"]) if len(rows) else -1
+    best = int(rows["member"].iloc[rank_best_first(scores.to_numpy(dtype=float))[0]])
     parts = [
         f"round {round_ + 1}/{rounds}",
         f"steps {int(rows['steps'].max()):,}",

@@ -126,11 +126,7 @@ class HistoryLog:
         frame = read_csv(self.path)
         if list(frame.columns) != self.columns:
             raise UsageError(f"{self.path}: columns {list(frame.columns)} do not match the run's {self.columns}")
-        if len(frame):
-            members = frame["member"].nunique()
-            last = frame["round"].max()
-            if (frame["round"] == last).sum() < members:
-                frame = frame[frame["round"] < last]
+        frame = complete_rounds(frame)
         # Rewrite so the file holds exactly the rounds we keep; later appends then follow whole rounds.
         kept = [self.columns] + [_csv_fields(rec, self.columns) for rec in frame.to_dict("records")]
         tmp = self.path.with_suffix(".tmp")
@@ -139,7 +135,34 @@ class HistoryLog:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
-        return frame.reset_index(drop=True)
+        return frame
+
+
+def complete_rounds(frame: pd.DataFrame) -> pd.DataFrame:
+    """Drop a last round that has fewer rows than members (a run killed, or still writing, mid-round)."""
+    if len(frame) and (frame["round"] == frame["round"].max()).sum() < frame["member"].nunique():
+        frame = frame[frame["round"] < frame["round"].max()]
+    return frame.reset_index(drop=True)
+
+
+def rank_best_first(scores: np.ndarray) -> np.ndarray:
+    """Positions from best to worst score.
+
+    NaN policy: a NaN score (diverged, or no finished episode to score) ranks
+    below every finite score, so it is the first replaced and never a donor
+    while a finite score exists. Ties keep their order (lowest member first),
+    so rankings are deterministic.
+    """
+    keyed = np.where(np.isnan(scores), -np.inf, scores)
+    return np.argsort(-keyed, kind="stable")
+
+
+def best_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per round: the best member's (by train score, with :func:`rank_best_first`'s policy)."""
+    ordered = frame.sort_values(["round", "member"], kind="stable")
+    picks = [group.index[rank_best_first(group["score"].to_numpy(dtype=float))[0]]
+             for _, group in ordered.groupby("round", sort=True)]
+    return frame.loc[picks].reset_index(drop=True)
 
 
 def read_csv(path: Path | str) -> pd.DataFrame:

@@ -4,6 +4,7 @@
     runs/<name>/history.csv           one row per (member, round)
     runs/<name>/checkpoints/          member_<i>.r<round>.ckpt, the latest finished round
     runs/<name>/tb/                   TensorBoard, one sub-folder per member plus ``population``
+    runs/<name>/report/               plots and tables written by ``python -m pbx.report``
 
 Checkpoints carry their round in the name so a kill while round r is being
 saved leaves round r - 1's files whole: they are deleted only once round r is in
@@ -40,6 +41,10 @@ class RunDir:
     @property
     def tb(self) -> Path:
         return self.path / "tb"
+
+    @property
+    def report(self) -> Path:
+        return self.path / "report"
 
     def create(self) -> None:
         if self.config.exists():

@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 
 from pbx.errors import UsageError
-from pbx.history import History
+from pbx.history import History, rank_best_first
 from pbx.space import Categorical, Continuous, Space
 from pbx.strategies import STRATEGIES, ExploitExplore, Truncation, WinnerTakesAll, make_selection
 from pbx.strategies.pbt import FACTORS, PBT, perturb
-from pbx.strategies.selection import rank_best_first
 
 from conftest import synthetic_history
 

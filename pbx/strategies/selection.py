@@ -1,9 +1,7 @@
 """Exploit step: which members copy whom.
 
-NaN policy: a member whose score is NaN (diverged, or no finished episode to
-score) ranks below every finite score, so it is the first to be replaced and
-never a donor while any finite score exists. Ties keep member order, so
-decisions stay deterministic for a given seed.
+Members are ranked by :func:`pbx.history.rank_best_first`, whose docstring holds
+the NaN policy: NaN ranks last, ties keep member order.
 """
 
 from __future__ import annotations
@@ -15,12 +13,7 @@ from typing import ClassVar
 import numpy as np
 
 from pbx.errors import UsageError
-
-
-def rank_best_first(scores: np.ndarray) -> np.ndarray:
-    """Member indices from best to worst score; NaN sorts last."""
-    keyed = np.where(np.isnan(scores), -np.inf, scores)
-    return np.argsort(-keyed, kind="stable")
+from pbx.history import rank_best_first
 
 
 class Selection(ABC):

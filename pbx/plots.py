@@ -1,0 +1,229 @@
+"""Figures for :mod:`pbx.report`: member curves with their exploit lineage, and strategy comparisons.
+
+This module only draws; reading runs and choosing which member counts as the
+best is :mod:`pbx.report`'s job. Figures are meant for papers: axes labelled in
+env steps, titles naming env and strategy, legends outside the data, 150 dpi
+PNG. Each figure is a bare :class:`~matplotlib.figure.Figure` on an Agg canvas,
+so nothing needs a display and no pyplot state leaks between figures.
+
+Lineage: after an exploit, a member's curve restarts from the point of the donor
+it copied (the donor's value in the previous round), so the plot shows which
+member each one descends from, as in the PBT and PB2 papers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import BoundaryNorm, Colormap
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import EngFormatter
+
+from pbx.space import Continuous, Param, Space
+
+DPI = 150
+STEPS_LABEL = "env steps (per member)"
+MAX_LEGEND_MEMBERS = 12
+"""Above this many members a colour bar replaces the per-member legend, which would not fit."""
+CATEGORY_SPREAD = 0.3
+"""Members on a categorical axis are offset within this band so their lines do not hide each other."""
+EXPLOIT_MARKER = {"marker": ">", "markersize": 6, "markeredgecolor": "black", "markeredgewidth": 0.6}
+
+
+@dataclass(frozen=True)
+class Band:
+    """One strategy's mean curve over runs, with the shaded spread (``low`` to ``high``)."""
+
+    strategy: str
+    spread: str
+    """How many runs and what the shading is, for the legend (``"n=3, mean ± std"``)."""
+    steps: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Palette:
+    """One colour per member, the same in every panel of a figure."""
+
+    members: list[int]
+    cmap: Colormap
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame) -> _Palette:
+        members = sorted(int(m) for m in frame["member"].unique())
+        name = "tab10" if len(members) <= 10 else "tab20" if len(members) <= 20 else "viridis"
+        return cls(members, colormaps[name].resampled(len(members)))
+
+    def colour(self, member: int) -> tuple[float, ...]:
+        return self.cmap(self.members.index(member))
+
+
+@dataclass
+class _Segment:
+    """A stretch of one member's curve between exploits; ``branched`` when it starts at a donor's point."""
+
+    member: int
+    steps: list[float]
+    values: list[float]
+    branched: bool
+
+
+def plot_member_scores(frame: pd.DataFrame, title: str, path: Path) -> Path:
+    """Train and test score of every member vs env steps; a test panel with no scores says so."""
+    fig, axes = _figure(ncols=2, nrows=1, width=11, height=4)
+    palette = _Palette.of(frame)
+    for ax, column, label in zip(axes, ("score", "test_score"), ("train score", "test score")):
+        if frame[column].isna().all():
+            _mark_empty(ax, f"not evaluated\n({column} is NaN throughout)")
+        else:
+            _draw_lineage(ax, _segments(frame, frame[column], from_zero=False), palette, drawstyle="default")
+        _label_axes(ax, label, label)
+    _member_legend(fig, axes, palette)
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def plot_schedules(frame: pd.DataFrame, space: Space, title: str, path: Path) -> Path:
+    """Each hyperparameter's value per member vs env steps (the config used during each round)."""
+    fig, axes = _figure(ncols=1, nrows=len(space.names), width=10, height=1.2 + 2.2 * len(space.names))
+    palette = _Palette.of(frame)
+    for ax, name in zip(axes, space.names):
+        values = _schedule_axis(ax, frame, name, space.params[name], palette.members)
+        # A row's config holds from the previous round's end to this row's steps: a step drawn "pre".
+        _draw_lineage(ax, _segments(frame, values, from_zero=True), palette, drawstyle="steps-pre")
+    for ax in axes[:-1]:
+        ax.set_xlabel("")
+    _member_legend(fig, axes, palette)
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def plot_comparison(panels: Sequence[tuple[str, Sequence[Band]]], title: str, path: Path) -> Path:
+    """One panel per ``(metric label, bands)``: each strategy's mean curve with its spread shaded."""
+    fig, axes = _figure(ncols=len(panels), nrows=1, width=5.5 * len(panels), height=4.2)
+    # One colour per strategy, the same in every panel even where a strategy has no scores.
+    names = list(dict.fromkeys(band.strategy for _, bands in panels for band in bands))
+    for ax, (metric, bands) in zip(axes, panels):
+        for band in bands:
+            colour = f"C{names.index(band.strategy) % 10}"
+            label = f"{band.strategy} ({band.spread})"
+            ax.plot(band.steps, band.mean, color=colour, linewidth=1.8, label=label)
+            ax.fill_between(band.steps, band.low, band.high, color=colour, alpha=0.2, linewidth=0)
+        if bands:
+            ax.legend(fontsize="small", loc="best")
+        else:
+            _mark_empty(ax, "no runs with this score")
+        _label_axes(ax, metric, metric)
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def _figure(ncols: int, nrows: int, width: float, height: float) -> tuple[Figure, list[Axes]]:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, sharex=True, squeeze=False)
+    return fig, list(axes.ravel())
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    return path
+
+
+def _label_axes(ax: Axes, ylabel: str, title: str) -> None:
+    ax.set_xlabel(STEPS_LABEL)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.grid(alpha=0.3)
+
+
+def _mark_empty(ax: Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="0.4")
+    ax.set_yticks([])
+
+
+def _schedule_axis(ax: Axes, frame: pd.DataFrame, name: str, param: Param, members: list[int]) -> pd.Series:
+    """Set up ``ax`` for one hyperparameter and return the y position of each row on it."""
+    _label_axes(ax, f"{name} (log scale)" if isinstance(param, Continuous) and param.log else name, "")
+    if isinstance(param, Continuous):
+        for bound in (param.low, param.high):
+            ax.axhline(bound, color="0.6", linestyle=":", linewidth=0.8)
+        ax.set_yscale("log" if param.log else "linear")
+        return frame[name].astype(float)
+    ax.set_yticks(range(len(param.choices)), [str(c) for c in param.choices])
+    ax.set_ylim(-0.5, len(param.choices) - 0.5)
+    index = {str(c): i for i, c in enumerate(param.choices)}
+    n = len(members)
+    offset = dict(zip(members, (np.arange(n) - (n - 1) / 2) * CATEGORY_SPREAD / max(n - 1, 1)))
+    positions = [index[str(v)] + offset[int(m)] for v, m in zip(frame[name], frame["member"])]
+    return pd.Series(positions, index=frame.index, dtype=float)
+
+
+def _segments(frame: pd.DataFrame, values: pd.Series, from_zero: bool) -> list[_Segment]:
+    """Split each member's curve at its exploits; a new piece starts at the donor's previous point.
+
+    Args:
+        frame: history rows (see :mod:`pbx.history`).
+        values: the y value of each row, aligned with ``frame``'s index; NaN rows are left out, so
+            scores evaluated only every few rounds still draw as lines.
+        from_zero: start each member's first piece at 0 env steps (configs hold from the start).
+    """
+    point = {(int(m), int(r)): (float(s), float(v))
+             for m, r, s, v in zip(frame["member"], frame["round"], frame["steps"], values) if np.isfinite(v)}
+    segments: list[_Segment] = []
+    for member, rows in frame.sort_values("round").groupby("member"):
+        first = float(values[rows.index[0]])
+        piece = _Segment(int(member), [0.0] if from_zero else [], [first] if from_zero else [], False)
+        for r, parent, s, v in zip(rows["round"], rows["parent"], rows["steps"], values[rows.index]):
+            if parent != member:
+                segments.append(piece)
+                donor = point.get((int(parent), int(r) - 1))
+                piece = _Segment(int(member), [donor[0]] if donor else [], [donor[1]] if donor else [],
+                                 donor is not None)
+            if np.isfinite(v):
+                piece.steps.append(float(s))
+                piece.values.append(float(v))
+        segments.append(piece)
+    return [piece for piece in segments if piece.steps]
+
+
+def _draw_lineage(ax: Axes, segments: list[_Segment], palette: _Palette, drawstyle: str) -> None:
+    width = 1.4 if len(palette.members) <= MAX_LEGEND_MEMBERS else 0.8
+    # Long runs exploit hundreds of times: smaller markers keep the curves visible under them.
+    marker = {**EXPLOIT_MARKER, "markersize": 6 if sum(s.branched for s in segments) <= 60 else 3}
+    for seg in segments:
+        colour = palette.colour(seg.member)
+        lone = len(seg.steps) == 1  # a lone point draws no line: show it as a dot
+        ax.plot(seg.steps, seg.values, color=colour, linewidth=width, drawstyle=drawstyle,
+                marker="o" if lone else None, markersize=3)
+        if seg.branched:
+            ax.plot(seg.steps[0], seg.values[0], color=colour, linestyle="none", **marker)
+
+
+def _member_legend(fig: Figure, axes: list[Axes], palette: _Palette) -> None:
+    """A legend outside the axes: one entry per member, or a colour bar when there are too many."""
+    exploit = Line2D([], [], color="0.5", linestyle="none", label="exploit (copies donor)", **EXPLOIT_MARKER)
+    members = palette.members
+    if len(members) > MAX_LEGEND_MEMBERS:
+        norm = BoundaryNorm(np.arange(len(members) + 1) - 0.5, palette.cmap.N)
+        bar = fig.colorbar(ScalarMappable(norm=norm, cmap=palette.cmap), ax=axes, label="member", shrink=0.8)
+        ticks = range(0, len(members), max(1, len(members) // 8))
+        bar.set_ticks(ticks, labels=[str(members[i]) for i in ticks])
+        axes[0].legend(handles=[exploit], fontsize="small", loc="best")
+        return
+    handles = [Line2D([], [], color=palette.colour(m), label=f"member {m}") for m in members]
+    fig.legend(handles=handles + [exploit], loc="outside right upper", fontsize="small")

@@ -1,0 +1,333 @@
+"""``python -m pbx.report RUN_DIR [RUN_DIR ...]``: plots and results tables from run folders.
+
+Each run gets, in ``RUN_DIR/report/``:
+
+- ``scores.png``: train and test score vs env steps, one line per member;
+- ``schedules.png``: each hyperparameter's schedule per member, exploits marked
+  (the lineage view of the PBT papers);
+- ``summary.md``: each member's final scores, config and exploits.
+
+Several runs (any mix of strategies and seeds on one env) also give, in
+``--out``, ``comparison.png`` (per strategy, the mean over runs of the
+population's best score per round, spread shaded) and ``comparison.md`` (final
+scores, mean ± std per strategy, like a paper's results table).
+
+The *best member* of a round is the one with the best train score (NaN ranks
+last, ties go to the lowest member id: :func:`pbx.history.rank_best_first`).
+Test curves and test scores are those of that member: the test set never
+selects. A run's *final score* is its best member's train score in the last
+round, and that member's test score.
+
+Everything is read from ``config.yaml`` and ``history.csv``, so a report can be
+made while a run is still going (a partly written last round is left out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from pbx.errors import UsageError
+from pbx.history import best_rows, complete_rounds, read_csv
+from pbx.plots import Band, plot_comparison, plot_member_scores, plot_schedules
+from pbx.run_dir import RunDir
+from pbx.space import Categorical, Space
+
+COMPARISON_PANELS = (
+    ("score", "train score of best member"),
+    ("test_score", "test score of best-on-train member"),
+)
+FINAL_SCORE_NOTE = (
+    "Final score of a run: the train score of the member with the best train score in the last round, "
+    "and that same member's test score (no selection on the test set)."
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run folder: its resolved config, search space and complete rounds of history."""
+
+    path: Path
+    config: dict[str, Any]
+    space: Space
+    frame: pd.DataFrame
+
+    @property
+    def name(self) -> str:
+        return str(self.config["run"].get("name", self.path.name))
+
+    @property
+    def env(self) -> str:
+        return str(self.config["run"]["env"])
+
+    @property
+    def search(self) -> str:
+        return str(self.config["run"]["search"])
+
+    @property
+    def selection(self) -> str:
+        return str(self.config["run"].get("selection", "truncation"))
+
+
+def load_run(path: Path) -> Run:
+    """Read a run folder; anything that makes it unreadable is a :class:`UsageError` naming the file."""
+    folder = RunDir(path)
+    if not path.is_dir():
+        raise UsageError(f"{path}: no such run folder")
+    missing = [f.name for f in (folder.config, folder.history) if not f.is_file()]
+    if missing:
+        raise UsageError(f"{path}: not a pbx run folder (no {' or '.join(missing)})")
+    config = _read_config(folder.config)
+    space = Space.from_dict(config["space"], source=f"{folder.config}: space")
+    frame = complete_rounds(read_csv(folder.history))
+    _check_columns(frame, space, folder.history)
+    if frame.empty:
+        raise UsageError(f"{folder.history}: no finished round yet, nothing to report")
+    return Run(path, config, space, frame)
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        config = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise UsageError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("run"), dict) or "space" not in config:
+        raise UsageError(f"{path}: not a pbx run config (needs a 'run' mapping and a 'space')")
+    absent = [key for key in ("env", "search") if key not in config["run"]]
+    if absent:
+        raise UsageError(f"{path}: 'run' has no {' or '.join(absent)}")
+    return config
+
+
+def _check_columns(frame: pd.DataFrame, space: Space, path: Path) -> None:
+    absent = [name for name in space.names if name not in frame.columns]
+    if absent:
+        raise UsageError(f"{path}: no column for hyperparameter(s) {absent} of the run's space")
+    for name, param in space.params.items():
+        if not isinstance(param, Categorical):
+            continue
+        choices = {str(c) for c in param.choices}
+        unknown = sorted({str(v) for v in frame[name]} - choices)
+        if unknown:
+            raise UsageError(f"{path}: {name} takes values {unknown} outside its choices {sorted(choices)}")
+
+
+def final_scores(run: Run) -> tuple[float, float]:
+    """The run's final (train, test) score, as defined in the module docstring."""
+    last = best_rows(run.frame).iloc[-1]
+    return float(last["score"]), float(last["test_score"])
+
+
+def write_run_report(run: Run) -> list[Path]:
+    """Write ``RUN_DIR/report/``: score and schedule plots and ``summary.md``."""
+    out = RunDir(run.path).report
+    subject = f"{run.env} · {run.search}"
+    paths = [
+        plot_member_scores(run.frame, f"{subject}: score per member ({run.name})", out / "scores.png"),
+        plot_schedules(run.frame, run.space, f"{subject}: hyperparameter schedules ({run.name})",
+                       out / "schedules.png"),
+    ]
+    (out / "summary.md").write_text(_run_summary(run))
+    return paths + [out / "summary.md"]
+
+
+def _run_summary(run: Run) -> str:
+    frame = run.frame
+    last = frame[frame["round"] == frame["round"].max()].sort_values("member")
+    best = int(best_rows(frame).iloc[-1]["member"])
+    copied = frame[frame["parent"] != frame["member"]]
+    received = copied["member"].value_counts()
+    given = copied["parent"].value_counts()
+    rows = []
+    for _, row in last.iterrows():
+        m = int(row["member"])
+        rows.append([f"**{m}** (best)" if m == best else str(m), _fmt(row["score"]), _fmt(row["test_score"]),
+                     str(received.get(m, 0)), str(given.get(m, 0)), *(_fmt(row[n]) for n in run.space.names)])
+    header = ["member", "train score", "test score", "exploits (copied a donor)", "times donor",
+              *run.space.names]
+    train, test = final_scores(run)
+    settings = run.config["run"]
+    return "\n".join([
+        f"# {run.name}: {run.search} on {run.env}", "",
+        f"Selection {run.selection}, {frame['member'].nunique()} members, {frame['round'].max() + 1} rounds, "
+        f"{_fmt(frame['steps'].max())} env steps per member, {_fmt(frame['wall_s'].max())} s wall time, "
+        f"seed {settings.get('seed', 'n/a')}.", "",
+        f"**Final score: train {_fmt(train)}, test {_fmt(test)}** (member {best}).", "",
+        _markdown_table(header, rows), "",
+        "Scores and configs are the members' in the last round. " + FINAL_SCORE_NOTE, "",
+    ])
+
+
+def strategy_labels(runs: Sequence[Run]) -> list[str]:
+    """Each run's strategy label: its ``search``, plus its selection when the runs differ in selection."""
+    with_selection = len({run.selection for run in runs}) > 1
+    return [f"{run.search} ({run.selection})" if with_selection else run.search for run in runs]
+
+
+def write_comparison(runs: Sequence[Run], out: Path) -> list[Path]:
+    """Write ``comparison.png`` and ``comparison.md`` into ``out``, one group per strategy label."""
+    env = comparison_env(runs)
+    groups: dict[str, list[Run]] = {}
+    for label, run in zip(strategy_labels(runs), runs):
+        groups.setdefault(label, []).append(run)
+    panels = [(title, [band for label, group in groups.items() if (band := _band(label, group, column))])
+              for column, title in COMPARISON_PANELS]
+    title = f"{env}: best member per round, mean over runs (shaded: ±1 std if n ≥ 3, else min–max)"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "comparison.md").write_text(_comparison_table(env, groups))
+    return [plot_comparison(panels, title, out / "comparison.png"), out / "comparison.md"]
+
+
+def comparison_env(runs: Sequence[Run]) -> str:
+    """The one env all ``runs`` are on; averaging scores across envs would mean nothing."""
+    envs = {run.env: run.path for run in runs}
+    if len(envs) > 1:
+        listed = ", ".join(f"{env} ({path})" for env, path in envs.items())
+        raise UsageError(f"the runs are on different envs: {listed}; compare runs of one env at a time")
+    return runs[0].env
+
+
+def _band(label: str, runs: Sequence[Run], column: str) -> Band | None:
+    """Mean and spread over runs of the best member's ``column`` per round; ``None`` if no run has it.
+
+    Runs are put on a common step grid (the union of their rounds' steps, over
+    the range all runs cover) by linear interpolation, which is exact when the
+    runs share ``t_ready``. The spread is ±1 sample std from 3 runs on, else min–max.
+    """
+    curves = [curve for run in runs if len((curve := _best_curve(run, column))[0])]
+    if not curves:
+        return None
+    steps = np.unique(np.concatenate([x for x, _ in curves]))
+    steps = steps[(steps >= max(x[0] for x, _ in curves)) & (steps <= min(x[-1] for x, _ in curves))]
+    ys = np.array([np.interp(steps, x, y) for x, y in curves])
+    mean = ys.mean(axis=0)
+    if len(ys) == 1:
+        return Band(label, "n=1", steps, mean, mean, mean)
+    if len(ys) < 3:
+        return Band(label, f"n={len(ys)}, mean, min–max", steps, mean, ys.min(axis=0), ys.max(axis=0))
+    std = ys.std(axis=0, ddof=1)
+    return Band(label, f"n={len(ys)}, mean ± std", steps, mean, mean - std, mean + std)
+
+
+def _best_curve(run: Run, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, value) of the best member per round, rounds where the value is NaN left out."""
+    best = best_rows(run.frame)
+    best = best[best[column].notna()]
+    return best["steps"].to_numpy(float), best[column].to_numpy(float)
+
+
+def _comparison_table(env: str, groups: dict[str, list[Run]]) -> str:
+    rows = []
+    for label, group in groups.items():
+        finals = np.array([final_scores(run) for run in group])
+        rows.append([label, str(len(group)), mean_std(finals[:, 0]), mean_std(finals[:, 1])])
+    runs = [f"- {label}: " + ", ".join(f"`{run.path}`" for run in group) for label, group in groups.items()]
+    return "\n".join([
+        f"# Final scores on {env}", "",
+        _markdown_table(["strategy", "n runs", "final train score", "final test score"], rows), "",
+        FINAL_SCORE_NOTE + " Mean ± sample standard deviation (ddof=1) over runs; "
+        "n/a where no run has a score; `(k of n)` where only k runs have one.", "",
+        "Runs:", *runs, "",
+    ])
+
+
+def mean_std(values: np.ndarray) -> str:
+    """``"mean ± std"`` over the finite values (sample std), noting how many of them there are if not all."""
+    finite = values[np.isfinite(values)]
+    if not len(finite):
+        return "n/a"
+    text = _fmt(finite.mean()) + (f" ± {_fmt(finite.std(ddof=1))}" if len(finite) > 1 else "")
+    return text + (f" ({len(finite)} of {len(values)})" if len(finite) < len(values) else "")
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = [header, ["---"] * len(header)] + rows
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, (float, np.floating)):
+        return "n/a" if np.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def default_out(paths: Sequence[Path]) -> Path:
+    """``report/`` in the runs' common parent folder, or ``./report`` when they share none but the root."""
+    common = Path(os.path.commonpath([path.parent.resolve() for path in paths]))
+    if common == Path(common.anchor):
+        return Path("report")
+    cwd = Path.cwd().resolve()
+    return (common.relative_to(cwd) if common.is_relative_to(cwd) else common) / "report"
+
+
+def generate(run_dirs: Sequence[Path], out: Path | None) -> Iterator[Path]:
+    """Check every run first (so bad input writes nothing), then yield each file as it is written.
+
+    A comparison is written when there are several runs or ``out`` is given.
+    Folders this command wrote (``comparison.md``, no ``config.yaml``) are skipped
+    with a note, so ``python -m pbx.report runs/*`` works again after the first time.
+    """
+    run_dirs = [path for path in run_dirs if not _is_report_folder(path)]
+    if not run_dirs:
+        raise UsageError("no run folders left after skipping report folders")
+    seen: dict[Path, Path] = {}
+    for path in run_dirs:
+        if seen.setdefault(path.resolve(), path) is not path:
+            raise UsageError(f"{path}: given more than once (it would count twice in the comparison)")
+    runs = [load_run(path) for path in run_dirs]
+    compare = out is not None or len(runs) > 1
+    if compare:
+        comparison_env(runs)
+    for run in runs:
+        yield from write_run_report(run)
+    if compare:
+        yield from write_comparison(runs, out if out is not None else default_out(run_dirs))
+
+
+def _is_report_folder(path: Path) -> bool:
+    skip = (path / "comparison.md").is_file() and not RunDir(path).config.exists()
+    if skip:
+        print(f"note: skipping {path}: a pbx report folder, not a run", file=sys.stderr)
+    return skip
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pbx.report",
+        description="Plots and summary tables for pbx runs. Each run gets RUN_DIR/report/ (scores.png, "
+                    "schedules.png, summary.md); several runs also get a comparison per strategy "
+                    "(comparison.png, comparison.md). Prints the paths written.",
+        epilog="Final score of a run: the best member's train score in the last round, and that member's "
+               "test score. Example: python -m pbx.report runs/toy-PB2-s0 runs/toy-PBT-s0 "
+               "--out results/toy",
+    )
+    parser.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", type=Path,
+                        help="a run folder holding config.yaml and history.csv")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="folder for the comparison plot and table (default with several runs: report/ "
+                             "in the runs' common parent folder, else ./report); with a single run, "
+                             "--out writes its one-run comparison there too")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        for path in generate(args.run_dirs, args.out):
+            print(path, flush=True)
+    except (UsageError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

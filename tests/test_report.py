@@ -1,0 +1,208 @@
+"""``python -m pbx.report`` on synthetic run folders: files, numbers in the tables, grouping, bad input."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+import yaml
+
+from pbx.history import History, HistoryLog, Row, best_rows
+from pbx.report import default_out, load_run, main, strategy_labels, write_comparison
+from pbx.space import Categorical, Continuous, Space
+
+SPACE = Space({"lr": Continuous(1e-5, 1e-3, log=True), "aug": Categorical(("crop", "flip", "rotate")),
+               "h0": Continuous(0.0, 1.0, default=0.5)})
+POP, ROUNDS, T_READY = 4, 10, 100
+STRATEGIES = ("PB2", "PBT")
+SEEDS = (0, 1, 2)
+
+
+def make_run(folder: Path, search: str, seed: int, env: str = "toy", selection: str = "truncation",
+             test_every: int = 1) -> list[Row]:
+    """A run folder as the runners write it: the worst member copies the best after every round.
+
+    ``test_every=0`` leaves test scores NaN throughout; otherwise they are NaN in rounds not divisible by it.
+    """
+    rng = np.random.default_rng([seed, len(search)])
+    run = {"env": env, "search": search, "selection": selection, "quantile": 0.25, "pop_size": POP,
+           "t_ready": T_READY, "max_budget": T_READY * ROUNDS, "seed": seed, "device": "auto",
+           "space": "search_spaces/x.yaml", "name": folder.name}
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(
+        {"run": run, "space": SPACE.to_dict(), "strategy": {}, "member": {}}, sort_keys=False))
+    log = HistoryLog(folder / "history.csv", SPACE.names)
+    configs = [SPACE.sample(rng) for _ in range(POP)]
+    scores = [0.0] * POP
+    rows: list[Row] = []
+    for r in range(ROUNDS):
+        parents = list(range(POP))
+        if r > 0:
+            order = np.argsort(scores)
+            worst, best = int(order[0]), int(order[-1])
+            parents[worst] = best
+            scores[worst] = scores[best]
+            configs[worst] = {**configs[best], "lr": SPACE.params["lr"].clip(configs[best]["lr"] * 1.2),
+                              "aug": SPACE.params["aug"].sample(rng)}
+        scores = [s + float(rng.normal(0.5, 0.3)) for s in scores]
+        tested = test_every and r % test_every == 0
+        round_rows = [Row(m, r, (r + 1) * T_READY, 0.1 * (r + 1), scores[m],
+                          scores[m] - 0.2 + float(rng.normal(0, 0.1)) if tested else math.nan,
+                          parents[m], parents[m] != m, configs[m]) for m in range(POP)]
+        log.append(round_rows)
+        rows += round_rows
+    return rows
+
+
+def final_of(rows: list[Row]) -> tuple[float, float]:
+    """The final score as the report defines it, computed here without pandas."""
+    last = [row for row in rows if row.round == max(r.round for r in rows)]
+    best = max(last, key=lambda row: (row.score, -row.member))
+    return best.score, best.test_score
+
+
+def mean_std_text(values: list[float]) -> str:
+    return f"{statistics.mean(values):.4g} ± {statistics.stdev(values):.4g}"
+
+
+def table_row(markdown: str, label: str) -> list[str]:
+    line = next(line for line in markdown.splitlines() if line.startswith(f"| {label} |"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, list[Row]]:
+    """2 strategies x 3 seeds; PBT seed 0 is never tested, PB2 every third round (the last included)."""
+    root = tmp_path_factory.mktemp("runs")
+    runs = {}
+    for search in STRATEGIES:
+        for seed in SEEDS:
+            test_every = 3 if search == "PB2" else 0 if seed == 0 else 1
+            folder = root / f"toy-{search}-s{seed}"
+            runs[folder] = make_run(folder, search, seed, test_every=test_every)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def written(runs: dict[Path, list[Row]]) -> list[str]:
+    """The report over all six runs, run once, with the paths it printed."""
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main([str(path) for path in runs]) == 0
+    return stdout.getvalue().splitlines()
+
+
+def test_per_run_plots_are_real_images(runs: dict[Path, list[Row]], written: list[str]) -> None:
+    for path in runs:
+        for name in ("scores.png", "schedules.png"):
+            png = path / "report" / name
+            assert str(png) in written
+            assert png.stat().st_size > 20_000
+            image = matplotlib.image.imread(png)
+            assert image.shape[0] > 400 and image.shape[1] > 800
+            assert image[..., :3].std() > 0.05  # not a blank canvas
+
+
+def test_run_summary_names_best_member_and_final_score(runs: dict[Path, list[Row]],
+                                                       written: list[str]) -> None:
+    path, rows = next(iter(runs.items()))
+    train, test = final_of(rows)
+    best = max((r for r in rows if r.round == ROUNDS - 1), key=lambda row: row.score).member
+    summary = (path / "report" / "summary.md").read_text()
+    assert f"Final score: train {train:.4g}, test {test:.4g}** (member {best})" in summary
+    assert table_row(summary, f"**{best}** (best)")[1] == f"{train:.4g}"
+    assert sum(1 for line in summary.splitlines() if line.startswith("| ")) == 2 + POP
+
+
+def test_comparison_table_has_mean_std_of_final_scores(runs: dict[Path, list[Row]],
+                                                       written: list[str]) -> None:
+    out = next(iter(runs)).parent / "report"
+    table = (out / "comparison.md").read_text()
+    assert {str(out / "comparison.md"), str(out / "comparison.png")} <= set(written)
+    for search in STRATEGIES:
+        finals = [final_of(rows) for path, rows in runs.items() if f"-{search}-" in path.name]
+        cells = table_row(table, search)
+        assert cells[1] == "3"
+        assert cells[2] == mean_std_text([train for train, _ in finals])
+        tested = [test for _, test in finals if not math.isnan(test)]
+        expected_test = mean_std_text(tested) + ("" if len(tested) == 3 else f" ({len(tested)} of 3)")
+        assert cells[3] == expected_test
+    assert sum(line.startswith("| P") for line in table.splitlines()) == len(STRATEGIES)  # one row each
+    assert "no selection on the test set" in table
+
+
+def test_best_member_ranks_nan_last_and_ties_to_lowest_id() -> None:
+    rows = [Row(m, 0, 10, 1.0, score, 0.5 * m, m, False, SPACE.initial())
+            for m, score in enumerate([math.nan, 2.0, 2.0, 1.0])]
+    best = best_rows(History(SPACE.names).with_rows(rows).frame)
+    assert best["member"].tolist() == [1] and best["test_score"].tolist() == [0.5]
+
+
+def test_comparison_groups_by_strategy_and_selection(tmp_path: Path) -> None:
+    make_run(tmp_path / "a", "PBT", 0)
+    make_run(tmp_path / "b", "PBT", 1, selection="wta")
+    make_run(tmp_path / "c", "PBT", 2, selection="wta")
+    runs = [load_run(tmp_path / name) for name in "abc"]
+    assert strategy_labels(runs) == ["PBT (truncation)", "PBT (wta)", "PBT (wta)"]
+    assert strategy_labels(runs[1:]) == ["PBT", "PBT"]
+    write_comparison(runs, tmp_path / "results")
+    table = (tmp_path / "results" / "comparison.md").read_text()
+    assert table_row(table, "PBT (truncation)")[1] == "1"
+    assert table_row(table, "PBT (wta)")[1] == "2"
+
+
+def test_default_out_is_in_the_common_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert default_out([Path("runs/a"), Path("runs/b")]) == Path("runs/report")
+    assert default_out([Path("a"), Path("b")]) == Path("report")
+    assert default_out([tmp_path / "x" / "a", tmp_path / "y" / "b"]) == Path("report")
+    assert default_out([Path("/a/b"), Path("/c/d")]) == Path("report")
+
+
+def test_bad_input_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    make_run(tmp_path / "bigfish", "PBT", 0, env="bigfish")
+    make_run(tmp_path / "toy", "PBT", 0)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.yaml").write_text("run: [unclosed\n")
+    (tmp_path / "bad" / "history.csv").write_text("")
+    cases = {
+        (str(tmp_path / "missing"),): "no such run folder",
+        (str(tmp_path / "empty"),): "no config.yaml or history.csv",
+        (str(tmp_path / "bad"),): "not valid YAML",
+        (str(tmp_path / "toy"), str(tmp_path / "bigfish")): "different envs",
+        (str(tmp_path / "toy"), str(tmp_path / "toy")): "more than once",
+    }
+    for args, message in cases.items():
+        assert main(list(args)) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+        assert args[0] in err or message == "more than once"
+    assert not (tmp_path / "toy" / "report").exists()  # checked before anything was written
+
+
+def report(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pbx.report", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_command_line_empty_history_exits_2_without_traceback(tmp_path: Path) -> None:
+    make_run(tmp_path / "run", "PBT", 0)
+    history = tmp_path / "run" / "history.csv"
+    history.write_text(history.read_text().splitlines()[0] + "\n")
+    result = report(str(tmp_path / "run"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr == f"error: {history}: no finished round yet, nothing to report\n"
+
+
+def test_help_describes_outputs() -> None:
+    result = report("--help")
+    assert result.returncode == 0 and "comparison" in result.stdout and "RUN_DIR" in result.stdout
