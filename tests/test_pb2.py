@@ -1,0 +1,284 @@
+"""PB2 on synthetic histories with real GPy fits: finds the peak, spreads a round's picks, never dies."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import GPy
+import numpy as np
+import pytest
+from scipy import linalg
+
+from pbx.errors import UsageError
+from pbx.history import History, Row
+from pbx.space import Categorical, Config, Continuous, Space
+from pbx.strategies import pb2
+from pbx.strategies.kernels import TimeVaryingSE
+from pbx.strategies.pb2 import PB2, Acquisition, PB2Settings, Posterior, intervals
+from pbx.strategies.selection import WinnerTakesAll, rank_best_first
+
+STEPS = 100
+PEAK = np.array([0.3, 0.7])
+NAN = float("nan")
+
+
+@pytest.fixture
+def space() -> Space:
+    return Space({"lr": Continuous(1e-5, 1e-3, log=True), "ent": Continuous(0.0, 0.2)})
+
+
+@pytest.fixture
+def mixed() -> Space:
+    return Space({"lr": Continuous(1e-5, 1e-3, log=True), "ent": Continuous(0.0, 0.2),
+                  "aug": Categorical(("crop", "flip", "rotate"))})
+
+
+def peak_rate(unit: np.ndarray) -> float:
+    """Improvement rate of a config: a bump at PEAK in the unit cube."""
+    return float(np.exp(-np.sum((unit[:2] - PEAK) ** 2) / (2 * 0.25**2)))
+
+
+def peaked_history(space: Space, rounds: int = 16, pop: int = 8, seed: int = 0, noise: float = 0.02) -> History:
+    """Every member draws a fresh config each round and improves at ``peak_rate`` plus noise."""
+    rng = np.random.default_rng(seed)
+    scores = np.zeros(pop)
+    rows = []
+    for r in range(rounds):
+        for m in range(pop):
+            config = space.sample(rng)
+            if r:
+                scores[m] += STEPS * (peak_rate(space.to_unit(config)) + rng.normal(0, noise))
+            rows.append(Row(member=m, round=r, steps=(r + 1) * STEPS, wall_s=float(r), score=float(scores[m]),
+                            test_score=NAN, parent=m, explored=r > 0, config=config))
+    return History(space.names).with_rows(rows)
+
+
+def flat_history(space: Space, rounds: int = 6, pop: int = 4, score=lambda m, r: float(r)) -> History:
+    """Every member keeps the same config; ``score(m, r)`` gives the scores."""
+    config = space.initial()
+    rows = [Row(member=m, round=r, steps=(r + 1) * STEPS, wall_s=float(r), score=score(m, r), test_score=NAN,
+                parent=m, explored=False, config=config) for r in range(rounds) for m in range(pop)]
+    return History(space.names).with_rows(rows)
+
+
+def best_donor(history: History) -> tuple[int, Config]:
+    latest = history.latest()
+    donor = int(rank_best_first(latest["score"].to_numpy(float))[0])
+    return donor, history.config_of(latest.iloc[donor])
+
+
+def pick(strategy: PB2, history: History, space: Space, seed: int, pending: list[Config], context) -> Config:
+    donor, config = best_donor(history)
+    return strategy.explore(donor, config, history, space, np.random.default_rng(seed), pending, context)[0]
+
+
+def distance(space: Space, a: Config, b: Config) -> float:
+    return float(np.linalg.norm(space.to_unit(a) - space.to_unit(b)))
+
+
+def in_bounds(space: Space, config: Config) -> bool:
+    return space.clip(config) == dict(config) and set(config) == set(space.names)
+
+
+@pytest.mark.parametrize("changes", [{"window": 2}, {"fit_rows": 0}, {"restarts": 0}, {"window": 10.5},
+                                     {"resample_prob": 2.0}])
+def test_settings_name_the_bad_value(changes: dict) -> None:
+    (key, value), = changes.items()
+    with pytest.raises(UsageError, match=f"{key} must .*{value}"):
+        PB2Settings(**changes)
+
+
+def test_intervals_pair_each_row_with_its_parents_previous_round(space: Space) -> None:
+    config = space.initial()
+    rows = [Row(0, 0, 100, 0.0, 1.0, NAN, 0, False, config), Row(1, 0, 100, 0.0, 5.0, NAN, 1, False, config),
+            Row(0, 1, 200, 1.0, 9.0, NAN, 1, True, config), Row(1, 1, 200, 1.0, 6.0, NAN, 1, False, config),
+            Row(0, 2, 300, 2.0, NAN, NAN, 0, False, config), Row(1, 2, 300, 2.0, 8.0, NAN, 1, False, config)]
+    data = intervals(History(space.names).with_rows(rows), space, window=1000)
+    # (0, 1) started from member 1's round-0 state; (0, 2) has no score and is dropped.
+    np.testing.assert_allclose(data.reward, [5.0, 5.0, 6.0])
+    np.testing.assert_allclose(data.t, [100, 100, 200])
+    np.testing.assert_allclose(data.rate, [4.0 / 100, 1.0 / 100, 2.0 / 100])
+    assert len(intervals(History(space.names).with_rows(rows), space, window=2).rate) == 2
+
+
+def test_picks_the_peak_of_the_improvement_rate(space: Space) -> None:
+    hits = 0
+    for seed in range(10):
+        history = peaked_history(space, seed=seed)
+        strategy = PB2()
+        new = pick(strategy, history, space, seed, [], strategy.prepare(history, space))
+        hits += np.linalg.norm(space.to_unit(new) - PEAK) < 0.1
+    assert hits >= 7
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_pending_pick_pushes_the_next_one_away(space: Space, seed: int) -> None:
+    history = peaked_history(space, rounds=4, seed=seed)
+    strategy = PB2()
+    context = strategy.prepare(history, space)
+    first = pick(strategy, history, space, seed, [], context)
+    # The same generator without pending would return `first` again: the difference is the pending term.
+    assert pick(strategy, history, space, seed, [], context) == first
+    assert distance(space, pick(strategy, history, space, seed, [first], context), first) > 0.05
+
+
+def test_one_rounds_picks_spread_out(space: Space) -> None:
+    history = peaked_history(space, rounds=4)
+    decisions = PB2(selection=WinnerTakesAll()).decide(history, space, np.random.default_rng(0))
+    picks = {tuple(np.round(space.to_unit(d.config), 2)) for d in decisions if d.explored}
+    assert len(picks) >= 5  # of 7 recipients
+
+
+def test_pending_variance_equals_a_second_gp_holding_the_pending_points() -> None:
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(size=(30, 4)), rng.normal(size=30)
+    kernel = TimeVaryingSE(4, variance=1.2, lengthscale=0.3, epsilon=0.2)
+    query, pending, unit = (0.9, 0.6), rng.uniform(size=(3, 2)), rng.uniform(size=(5, 2))
+    acquisition = Acquisition(Posterior(kernel, 0.05, X, y), query, pending, kappa=1.5)
+
+    def inputs(u: np.ndarray) -> np.ndarray:
+        return np.hstack([np.tile(query, (len(u), 1)), u])
+
+    data_gp = GPy.models.GPRegression(X, y[:, None], kernel.copy(), noise_var=0.05)
+    pending_gp = GPy.models.GPRegression(np.vstack([X, inputs(pending)]), np.zeros((33, 1)), kernel.copy(),
+                                         noise_var=0.05)
+    mean, _ = data_gp.predict_noiseless(inputs(unit))
+    _, var = pending_gp.predict_noiseless(inputs(unit))
+    # GPy adds 1e-8 to the noise, hence the tolerance.
+    np.testing.assert_allclose(acquisition(unit)[0], mean[:, 0] + 1.5 * np.sqrt(var[:, 0]), atol=1e-6)
+
+
+def test_acquisition_gradient_matches_finite_differences() -> None:
+    rng = np.random.default_rng(1)
+    X, y = rng.uniform(size=(40, 4)), rng.normal(size=40)
+    kernel = TimeVaryingSE(4, variance=0.8, lengthscale=0.4, epsilon=0.1)
+    acquisition = Acquisition(Posterior(kernel, 0.1, X, y), (0.5, 0.5), rng.uniform(size=(2, 2)), kappa=1.0)
+    unit = rng.uniform(size=(4, 2))
+    _, grad = acquisition(unit, gradient=True)
+    numeric = np.zeros_like(unit)
+    for j in range(2):
+        step = np.zeros(2)
+        step[j] = 1e-6
+        numeric[:, j] = (acquisition(unit + step)[0] - acquisition(unit - step)[0]) / 2e-6
+    np.testing.assert_allclose(grad, numeric, atol=1e-6)
+    # One row takes the triangular-solve path for vectors; it must agree with the batched one.
+    value_1, grad_1 = acquisition(unit[:1], gradient=True)
+    np.testing.assert_allclose(value_1, acquisition(unit)[0][:1], rtol=1e-12)
+    np.testing.assert_allclose(grad_1, grad[:1], rtol=1e-10)
+
+
+def test_same_seed_same_decisions_other_seed_other(mixed: Space) -> None:
+    history = peaked_history(mixed, rounds=5)
+    runs = [PB2().decide(history, mixed, np.random.default_rng(seed)) for seed in (3, 3, 4)]
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+def test_decisions_in_bounds_from_top_quantile_donors_with_readable_ops(mixed: Space) -> None:
+    history = peaked_history(mixed, rounds=5)
+    order = rank_best_first(history.latest()["score"].to_numpy(float))
+    for seed in range(3):
+        decisions = PB2().decide(history, mixed, np.random.default_rng(seed))
+        copies = [d for d in decisions if d.copies]
+        assert {d.member for d in copies} == set(order[-2:].tolist())
+        assert {d.donor for d in copies} <= set(order[:2].tolist())
+        for d in copies:
+            assert in_bounds(mixed, d.config) and d.explored
+            assert [op for op in d.ops if op.startswith(("lr", "ent"))] == [
+                f"lr -> {d.config['lr']:.3g} (PB2)", f"ent -> {d.config['ent']:.3g} (PB2)"]
+            assert all(op == "aug resample" for op in d.ops if op.startswith("aug"))
+
+
+def _assert_pbt_fallback(strategy: PB2, history: History, space: Space) -> None:
+    assert strategy.prepare(history, space) is None
+    for d in strategy.decide(history, space, np.random.default_rng(0)):
+        assert in_bounds(space, d.config)
+        assert not any("(PB2)" in op for op in d.ops)
+
+
+def test_too_little_data_explores_as_pbt_silently(mixed: Space, caplog) -> None:
+    history = peaked_history(mixed, rounds=1)  # round 0: no interval has a start and an end yet
+    _assert_pbt_fallback(PB2(), history, mixed)
+    assert not caplog.records
+
+
+def test_nan_scores_fall_back(mixed: Space) -> None:
+    history = flat_history(mixed, score=lambda m, r: NAN if r else 0.0)
+    _assert_pbt_fallback(PB2(), history, mixed)
+
+
+def test_nan_scores_among_finite_ones_are_dropped(mixed: Space) -> None:
+    history = peaked_history(mixed, rounds=5)
+    frame = history.frame.copy()
+    frame.loc[frame.index % 3 == 0, "score"] = NAN
+    holed = History(mixed.names, frame)
+    assert len(intervals(holed, mixed, 1000).rate) < len(intervals(history, mixed, 1000).rate)
+    decisions = PB2().decide(holed, mixed, np.random.default_rng(0))
+    assert all(in_bounds(mixed, d.config) for d in decisions)
+    assert any("(PB2)" in op for d in decisions for op in d.ops)
+
+
+def test_identical_rows_with_constant_rates_fall_back_with_a_warning(mixed: Space, caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger=pb2.__name__):
+        _assert_pbt_fallback(PB2(), flat_history(mixed), mixed)
+    assert "equal" in caplog.text
+
+
+def test_identical_configs_with_varying_rates_still_fit(space: Space) -> None:
+    history = flat_history(space, rounds=8, score=lambda m, r: r * (1.0 + m) + math.sin(r))
+    decisions = PB2().decide(history, space, np.random.default_rng(0))
+    explored = [d for d in decisions if d.explored]
+    assert explored and all(in_bounds(space, d.config) and "(PB2)" in d.ops[0] for d in explored)
+
+
+def test_a_failed_fit_retries_with_fixed_noise(space: Space, monkeypatch) -> None:
+    calls = []
+    real_fit = pb2.fit_kernel
+
+    def failing_once(X, y, fixed_noise=None):
+        calls.append(fixed_noise)
+        if fixed_noise is None:
+            raise linalg.LinAlgError("not positive definite")
+        return real_fit(X, y, fixed_noise)
+
+    monkeypatch.setattr(pb2, "fit_kernel", failing_once)
+    assert PB2().prepare(peaked_history(space, rounds=4), space) is not None
+    assert calls == [None, pb2.FALLBACK_NOISE]
+
+
+def test_a_gp_that_keeps_failing_falls_back_to_pbt_and_warns_once(mixed: Space, monkeypatch, caplog) -> None:
+    def failing(X, y, fixed_noise=None):
+        raise linalg.LinAlgError("not positive definite")
+
+    monkeypatch.setattr(pb2, "fit_kernel", failing)
+    history = peaked_history(mixed, rounds=4)
+    with caplog.at_level(logging.WARNING, logger=pb2.__name__):
+        decisions = PB2(selection=WinnerTakesAll()).decide(history, mixed, np.random.default_rng(0))
+    assert len(caplog.records) == 1 and "exploring as PBT" in caplog.text
+    assert all(in_bounds(mixed, d.config) and not any("(PB2)" in op for op in d.ops) for d in decisions)
+
+
+def test_cholesky_adds_jitter_to_a_singular_matrix_and_gives_up_on_nan() -> None:
+    ones = np.ones((5, 5))
+    L = pb2.cholesky(ones)
+    assert np.all(np.isfinite(L)) and np.allclose(L @ L.T, ones, atol=1e-3)
+    with pytest.raises(linalg.LinAlgError):
+        pb2.cholesky(np.full((3, 3), np.nan))
+
+
+def test_only_categorical_parameters_explore_as_pbt() -> None:
+    space = Space({"aug": Categorical(("crop", "flip"))})
+    history = flat_history(space)
+    assert PB2().prepare(history, space) is None
+    assert all(in_bounds(space, d.config) for d in PB2().decide(history, space, np.random.default_rng(0)))
+
+
+def test_quiet_and_free_of_global_randomness(mixed: Space, capsys, recwarn, caplog) -> None:
+    history = peaked_history(mixed, rounds=4)
+    state = np.random.get_state()[1].copy()
+    with caplog.at_level(logging.INFO):
+        PB2().decide(history, mixed, np.random.default_rng(0))
+    assert np.array_equal(np.random.get_state()[1], state)
+    assert capsys.readouterr() == ("", "")
+    assert not recwarn.list and not caplog.records
