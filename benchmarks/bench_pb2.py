@@ -117,7 +117,7 @@ def toy_run_section() -> None:
         pb2 = statistics.median(toy_run_seconds("PB2", Path(tmp) / f"pb2-{i}") for i in range(3))
         pbt = statistics.median(toy_run_seconds("PBT", Path(tmp) / f"pbt-{i}") for i in range(3))
     verdict = "OK" if pb2 < TOY_TARGET_S else "TOO SLOW"
-    print(f"\nwhole toy run, population 4, 200 steps, t_ready 4 (49 decisions), median of 3:")
+    print("\nwhole toy run, population 4, 200 steps, t_ready 4 (49 decisions), median of 3:")
     print(f"  PB2 {pb2:.2f} s, PBT {pbt:.2f} s (PB2's GP work: {pb2 - pbt:.2f} s, {(pb2 - pbt) / 49 * 1e3:.0f} ms"
           f" a round); target PB2 < {TOY_TARGET_S:.0f} s -> {verdict}")
 

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 import yaml
 
 from pbx.errors import UsageError
+from pbx.yaml_files import read_yaml
 from pbx.members import Member, MemberSettings, member_class
 from pbx.space import Space
 from pbx.strategies import ExploitExplore, Strategy, StrategySettings, make_selection, strategy_class
@@ -177,13 +178,7 @@ def build(cls: type, raw: Mapping[str, Any]) -> Any:
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise UsageError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    data = read_yaml(path, "config file")
     if data is None:
         return {}
     if not isinstance(data, dict):

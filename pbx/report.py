@@ -33,13 +33,13 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from pbx.errors import UsageError
 from pbx.history import best_rows, complete_rounds, read_csv
 from pbx.plots import Band, plot_comparison, plot_member_scores, plot_schedules
 from pbx.run_dir import RunDir
 from pbx.space import Categorical, Space
+from pbx.yaml_files import read_yaml
 
 COMPARISON_PANELS = (
     ("score", "train score of best member"),
@@ -95,10 +95,7 @@ def load_run(path: Path) -> Run:
 
 
 def _read_config(path: Path) -> dict[str, Any]:
-    try:
-        config = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise UsageError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    config = read_yaml(path, "run config")
     if not isinstance(config, dict) or not isinstance(config.get("run"), dict) or "space" not in config:
         raise UsageError(f"{path}: not a pbx run config (needs a 'run' mapping and a 'space')")
     absent = [key for key in ("env", "search") if key not in config["run"]]

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Mapping, Union
 
 import numpy as np
-import yaml
 
 from pbx.errors import UsageError
+from pbx.yaml_files import read_yaml
 
 Value = Union[float, str, int, bool]
 Config = dict[str, Value]
@@ -162,15 +162,7 @@ class Space:
 
     @classmethod
     def load(cls, path: str | Path) -> Space:
-        path = Path(path)
-        if not path.is_file():
-            raise UsageError(f"search space file not found: {path}")
-        try:
-            raw = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as err:
-            first = str(err).splitlines()[0]
-            raise UsageError(f"{path}: not valid YAML ({first})") from None
-        return cls.from_dict(raw, source=str(path))
+        return cls.from_dict(read_yaml(path, "search space file"), source=str(path))
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The YAML form, as written into a run's ``config.yaml``."""
