@@ -140,7 +140,7 @@ def resolve(layers: list[Mapping[str, Any]], overrides: list[str] = ()) -> RunCo
     search = str(run_raw.get("search", RunSettings.search))
     member_cls = member_class(env)
     strat_cls = strategy_class(search)
-    run_raw = {**member_cls.run_defaults, **run_raw}
+    run_raw = {**member_cls.run_defaults(env), **run_raw}
 
     sections = {"run": RunSettings, "strategy": strat_cls.settings_cls, "member": member_cls.settings_cls}
     raw = {"run": run_raw, "strategy": dict(merged["strategy"]), "member": dict(merged["member"])}

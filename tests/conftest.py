@@ -39,6 +39,13 @@ def mixed_space() -> Space:
     })
 
 
+def tensorboard_tags(folder: Path) -> set[str]:
+    """Scalar tags in the TensorBoard event files of ``folder``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    return set(EventAccumulator(str(folder)).Reload().Tags()["scalars"])
+
+
 def synthetic_history(space: Space, pop: int, rounds: int, seed: int = 0) -> History:
     """Random configs and rising noisy scores; member 0 keeps the best score each round."""
     rng = np.random.default_rng(seed)

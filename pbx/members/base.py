@@ -48,8 +48,11 @@ class Member(ABC):
     settings_cls: ClassVar[type[MemberSettings]] = MemberSettings
     default_space: ClassVar[str]
     """The file under ``search_spaces/`` used when the run names no ``space``."""
-    run_defaults: ClassVar[dict[str, object]] = {}
-    """Run settings this member type wants unless the user says otherwise (``t_ready``, ``max_budget``, ...)."""
+
+    @classmethod
+    @abstractmethod
+    def run_defaults(cls, env: str) -> dict[str, object]:
+        """Run settings for ``env`` unless the user says otherwise (``t_ready``, ``max_budget``)."""
 
     @classmethod
     def space_file(cls, env: str) -> str:
@@ -94,15 +97,14 @@ class Member(ABC):
 
     @abstractmethod
     def load(self, path: Path) -> None:
-        """Restore the state written by :meth:`save` (of this member, or of a donor for an exploit).
+        """Restore the state written by :meth:`save`: of this member (resume), or of a donor (exploit).
 
-        The config in the file is restored too; the runner calls :meth:`apply` afterwards when
-        the decision changes it.
+        Its own checkpoint restores everything, so training continues bit for bit. A
+        donor's copies the learner (weights, optimizer, normalisation statistics, step
+        count, config) while the member keeps its own envs and random streams, so it
+        does not replay the donor's next rollout. The runner calls :meth:`apply`
+        afterwards when the decision changes the config.
         """
-
-    def diagnostics(self) -> dict[str, float]:
-        """Extra per-round scalars to log (e.g. losses); empty by default."""
-        return {}
 
     def close(self) -> None:
         """Release envs, threads and files."""

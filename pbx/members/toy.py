@@ -45,8 +45,11 @@ def true_objective(theta: np.ndarray) -> float:
 class ToyMember(Member):
     settings_cls = ToySettings
     default_space = "toy.yaml"
-    run_defaults = {"t_ready": 4, "max_budget": 200}
     settings: ToySettings
+
+    @classmethod
+    def run_defaults(cls, env: str) -> dict[str, object]:
+        return {"t_ready": 4, "max_budget": 200}  # the paper's figure: 200 steps, exploit every 4
 
     @classmethod
     def validate(cls, space: Space, settings: MemberSettings, device: str) -> None:

@@ -1,0 +1,144 @@
+"""What pbx costs on top of what it drives, measured side by side in one run.
+
+(a) PPOMember training throughput / plain SB3 PPO on the same env, policy and
+    config (target >= 0.95): the member's RNG swapping, score callback,
+    hyperparameter plumbing and log flushing must be noise next to PPO itself.
+(b) ProcGen adapter step rate / raw ``procgen.ProcgenEnv`` (target >= 0.9).
+
+Contestants alternate (ours, baseline, baseline, ours), repeatedly, so that load
+from other processes hits both alike; each ratio is the median of the
+per-repeat ratios. About 1-2 minutes on 2 idle cores.
+
+    .venv/bin/python benchmarks/bench_overhead.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+# pbx first: it silences the banner that importing procgen / SB3 would print (see pbx.envs).
+from pbx.envs import ProcgenVecEnv  # isort: skip
+from procgen import ProcgenEnv
+from stable_baselines3 import PPO
+from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.vec_env import VecNormalize
+
+from pbx.members.base import MemberContext
+from pbx.members.impala import ImpalaPolicy
+from pbx.members.ppo import PPOMember, PPOSettings
+
+GAME = "bigfish"
+# Small enough for a CPU: 4 envs x 32 steps = 128-step rollouts, 2 minibatches, the paper's 3 epochs.
+SETTINGS = PPOSettings(n_envs=4, n_steps=32, batch_size=64)
+CONFIG = {"ent_coef": 0.01, "learning_rate": 5e-4, "clip_range": 0.2}
+ROLLOUTS_PER_CALL = 1
+ENV_STEP_SECONDS = 0.2
+ENV_REPEATS_PER_REPEAT = 4  # env steps are fast: many short calls cancel background load better
+ENV_N_ENVS = 64
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    ours: float
+    """env steps per wall-clock second"""
+    baseline: float
+    ratio: float
+    """median over repeats of ours / baseline"""
+    target: float
+
+
+def timed(run: Callable[[], int]) -> float:
+    """Env steps per wall-clock second of one call of ``run`` (which returns its steps)."""
+    start = time.perf_counter()
+    steps = run()
+    return steps / (time.perf_counter() - start)
+
+
+def alternate(name: str, ours: Callable[[], int], baseline: Callable[[], int], repeats: int,
+              target: float) -> Row:
+    """Time both side by side: one warm-up call each, then ``repeats`` times ours, baseline, baseline,
+    ours, so that background load rising or falling during a repeat hits both alike."""
+    ours(), baseline()
+    pairs = []
+    for _ in range(repeats):
+        a, b, b2, a2 = timed(ours), timed(baseline), timed(baseline), timed(ours)
+        pairs.append(((a + a2) / 2, (b + b2) / 2))
+    return Row(name, statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs),
+               statistics.median(p[0] / p[1] for p in pairs), target)
+
+
+def member_vs_sb3(repeats: int) -> Row:
+    """(a) PPOMember.train vs SB3's own learn() on the same env, policy and config."""
+    s = SETTINGS
+    steps = ROLLOUTS_PER_CALL * s.n_envs * s.n_steps
+    member = PPOMember(MemberContext(env=GAME, index=0, seed=0, device="cpu"), s, CONFIG)
+    # The member picks ProcGen's thread count; the plain run gets the same env so only pbx differs.
+    env = VecNormalize(ProcgenVecEnv(GAME, s.n_envs, seed=0, num_levels=s.num_levels,
+                                     num_threads=member._env_threads), norm_obs=False, gamma=s.gamma)
+    plain = PPO(ImpalaPolicy, env, learning_rate=CONFIG["learning_rate"], n_steps=s.n_steps,
+                batch_size=s.batch_size, n_epochs=s.n_epochs, gamma=s.gamma, gae_lambda=s.gae_lambda,
+                clip_range=CONFIG["clip_range"], clip_range_vf=s.clip_range_vf, ent_coef=CONFIG["ent_coef"],
+                vf_coef=s.vf_coef, max_grad_norm=s.max_grad_norm, device="cpu", seed=0)
+    # As the member does: without a logger of its own, SB3 makes a temp folder per learn() call.
+    plain.set_logger(Logger(folder=None, output_formats=[]))
+
+    def ours() -> int:
+        member.train(steps)
+        return steps
+
+    def baseline() -> int:
+        plain.learn(steps, reset_num_timesteps=False)
+        return steps
+
+    return alternate("(a) PPOMember.train / SB3 PPO.learn", ours, baseline, repeats, 0.95)
+
+
+def adapter_vs_procgen(repeats: int) -> Row:
+    """(b) the adapter's step vs procgen.ProcgenEnv's, same game, envs and threads."""
+    ours_env = ProcgenVecEnv(GAME, ENV_N_ENVS, seed=0, num_levels=200, num_threads=0)
+    raw_env = ProcgenEnv(num_envs=ENV_N_ENVS, env_name=GAME, num_levels=200, start_level=0,
+                         distribution_mode="easy", rand_seed=0, num_threads=0)
+    actions = np.random.default_rng(0).integers(15, size=(256, ENV_N_ENVS))
+
+    def stepping(step: Callable[[np.ndarray], object]) -> Callable[[], int]:
+        def run() -> int:
+            n, start = 0, time.perf_counter()
+            while time.perf_counter() - start < ENV_STEP_SECONDS:
+                step(actions[n % len(actions)])
+                n += 1
+            return n * ENV_N_ENVS
+        return run
+
+    return alternate("(b) ProcgenVecEnv.step / ProcgenEnv.step", stepping(ours_env.step), stepping(raw_env.step),
+                     ENV_REPEATS_PER_REPEAT * repeats, 0.9)
+
+
+# (c) a synchronous round's wall time / the sum of its members' training time: the lead adds
+# its measurement to this list.
+MEASUREMENTS: list[Callable[[int], Row]] = [member_vs_sb3, adapter_vs_procgen]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5, help="alternating repeats per measurement")
+    repeats = parser.parse_args().repeats
+    s = SETTINGS
+    print(f"{GAME} on the CPU, {repeats} repeats. (a): {s.n_envs} envs x {s.n_steps} steps, batch {s.batch_size}, "
+          f"{s.n_epochs} epochs, {ROLLOUTS_PER_CALL} rollout(s) per call; (b): {ENV_N_ENVS} envs, "
+          f"{ENV_STEP_SECONDS:g} s per call, {ENV_REPEATS_PER_REPEAT}x the repeats. Rates in env steps per wall-clock second.")
+    print(f"{'measurement':<42} {'pbx':>9} {'baseline':>9}  {'ratio':>6}  target")
+    for measure in MEASUREMENTS:
+        row = measure(repeats)
+        verdict = "ok" if row.ratio >= row.target else "BELOW"
+        print(f"{row.name:<42} {row.ours:>9,.0f} {row.baseline:>9,.0f}  {row.ratio:>6.3f}  >= {row.target:g} {verdict}",
+              flush=True)
+
+if __name__ == "__main__":
+    main()

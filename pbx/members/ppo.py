@@ -1,0 +1,454 @@
+"""One Stable-Baselines3 PPO agent as a population member.
+
+Defaults are the ProcGen paper's PPO (Cobbe et al., 2020, "Leveraging Procedural
+Generation to Benchmark Reinforcement Learning"): IMPALA CNN, 64 envs x 256
+steps, 8 minibatches, 3 epochs, gamma 0.999, lambda 0.95, entropy 0.01, lr
+5e-4, clip 0.2, value clip 0.2, reward normalisation; train on 200 easy levels,
+test on the unrestricted level distribution.
+
+SB3 reads several hyperparameters through schedules or copies, so setting the
+attribute alone changes nothing (SB3 issues #735, #845, #942, #1336, #1877);
+:meth:`PPOMember.apply` writes each value everywhere SB3 reads it. SB3 also
+draws from the process-wide torch / NumPy / ``random`` RNGs; each member keeps
+its own copy of those states and swaps it in while it trains, so members in one
+process do not perturb each other and a checkpoint continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import numpy as np
+import torch
+
+# pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
+from pbx.envs import DISTRIBUTION_MODES, StatefulVecEnv, check_env, is_procgen, make_env  # isort: skip
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger, configure
+from stable_baselines3.common.preprocessing import is_image_space
+from stable_baselines3.common.utils import FloatSchedule
+from stable_baselines3.common.vec_env import VecNormalize
+
+from pbx.errors import UsageError
+from pbx.members.base import Member, MemberContext, MemberSettings
+from pbx.members.impala import ImpalaPolicy
+from pbx.space import Config, Continuous, Space
+
+CHECKPOINT_FORMAT = 1
+
+HYPERPARAMETERS = ("learning_rate", "clip_range", "clip_range_vf", "ent_coef", "vf_coef", "max_grad_norm",
+                   "gamma", "gae_lambda", "n_epochs", "batch_size")
+"""Settings a search space may explore: :meth:`PPOMember.apply` changes them while the agent trains."""
+INTEGER_HYPERPARAMETERS = ("n_epochs", "batch_size")
+
+# Environment variables MPI launchers set to the number of ranks on this machine
+# (MPICH/Hydra, Open MPI, MVAPICH, Slurm); PMI_SIZE (all ranks) is the last resort.
+LOCAL_RANKS_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE",
+                    "SLURM_NTASKS_PER_NODE", "PMI_SIZE")
+
+
+@dataclass
+class PPOSettings(MemberSettings):
+    """PPO and env settings; fixed for the run unless the search space names them (see HYPERPARAMETERS)."""
+
+    n_envs: int = 64
+    """Envs stepped together; with n_steps it sizes the rollout buffer, so it cannot change while training."""
+    n_steps: int = 256
+    """Steps per env per rollout; one rollout is n_envs * n_steps env steps."""
+    batch_size: int = 2048
+    """Minibatch size in samples; must divide n_envs * n_steps (the paper's 8 minibatches = 2048)."""
+    n_epochs: int = 3
+    """Passes over each rollout."""
+    gamma: float = 0.999
+    """Discount factor (also the reward normaliser's)."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    learning_rate: float = 5e-4
+    """Adam step size."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    clip_range: float = 0.2
+    """PPO policy clip range."""
+    clip_range_vf: Optional[float] = 0.2
+    """Value-function clip range; None turns value clipping off."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Gradient norm clip."""
+    normalize_reward: bool = True
+    """Scale rewards by a running std of discounted returns (``VecNormalize(norm_obs=False)``)."""
+    num_levels: int = 200
+    """ProcGen training levels (0 = unrestricted); the test env always uses the unrestricted distribution."""
+    start_level: int = 0
+    """First ProcGen training level seed."""
+    distribution_mode: str = "easy"
+    """ProcGen difficulty, for the train and the test env."""
+    eval_episodes: int = 100
+    """Finished test episodes averaged by :meth:`PPOMember.evaluate`."""
+    eval_n_envs: Optional[int] = None
+    """Envs in the test env; None = one per episode (all episodes at once, no bias to short ones)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _check_value(f.name, getattr(self, f.name))
+        rollout = self.n_envs * self.n_steps
+        if rollout % self.batch_size:
+            raise UsageError(f"batch_size {self.batch_size} does not divide n_envs * n_steps = {rollout}; "
+                             f"use a divisor such as {max(rollout // 8, 2)} (8 minibatches)")
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _non_negative_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_DOMAINS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "n_envs": (_positive_int, "a positive integer"),
+    "n_steps": (_positive_int, "a positive integer"),
+    "batch_size": (lambda v: _positive_int(v) and v > 1, "an integer above 1"),
+    "n_epochs": (_positive_int, "a positive integer"),
+    "gamma": (lambda v: _number(v) and 0 < v <= 1, "in (0, 1]"),
+    "gae_lambda": (lambda v: _number(v) and 0 <= v <= 1, "in [0, 1]"),
+    "learning_rate": (lambda v: _number(v) and v > 0, "a number above 0"),
+    "ent_coef": (lambda v: _number(v) and v >= 0, "a number >= 0"),
+    "clip_range": (lambda v: _number(v) and v > 0, "a number above 0"),
+    "clip_range_vf": (lambda v: v is None or (_number(v) and v > 0), "a number above 0 or None"),
+    "vf_coef": (lambda v: _number(v) and v >= 0, "a number >= 0"),
+    "max_grad_norm": (lambda v: _number(v) and v > 0, "a number above 0"),
+    "normalize_reward": (lambda v: isinstance(v, bool), "true or false"),
+    "num_levels": (_non_negative_int, "an integer >= 0"),
+    "start_level": (_non_negative_int, "an integer >= 0"),
+    "distribution_mode": (lambda v: v in DISTRIBUTION_MODES, f"one of {', '.join(DISTRIBUTION_MODES)}"),
+    "eval_episodes": (_positive_int, "a positive integer"),
+    "eval_n_envs": (lambda v: v is None or _positive_int(v), "a positive integer or None"),
+}
+
+
+def _check_value(name: str, value: Any) -> None:
+    valid, expected = _DOMAINS[name]
+    if not valid(value):
+        raise UsageError(f"{name} must be {expected}, got {value!r}")
+
+
+def _thread_budget() -> int:
+    """Cores this process may use: all of them, shared evenly among the MPI ranks on this machine."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    for var in LOCAL_RANKS_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit() and int(value) > 0:
+            return max(1, cores // int(value))
+    return cores
+
+
+def _rng_state(cuda: bool) -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if cuda else None,
+            "numpy": np.random.get_state(), "random": random.getstate()}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None:
+        torch.cuda.set_rng_state(state["cuda"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["random"])
+
+
+class _FinishedEpisodes(BaseCallback):
+    """Collects the returns of episodes that end during one ``learn`` call.
+
+    SB3's ``ep_info_buffer`` is no use for the score: it keeps only the last 100
+    episodes and it outlives weight copies, mixing in episodes from before an exploit.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.returns: list[float] = []
+
+    def _on_step(self) -> bool:
+        infos = self.locals["infos"]
+        for i in np.flatnonzero(self.locals["dones"]):
+            episode = infos[i].get("episode")
+            if episode is not None:
+                self.returns.append(float(episode["r"]))
+        return True
+
+
+class PPOMember(Member):
+    """SB3 PPO on a ProcGen game (IMPALA CNN) or a gymnasium id (MLP)."""
+
+    settings_cls = PPOSettings
+    default_space = "ppo_procgen.yaml"
+    settings: PPOSettings
+
+    @classmethod
+    def check_env(cls, env: str) -> None:
+        """Raise :class:`UsageError` unless ``env`` is a ProcGen game or a registered gymnasium id."""
+        check_env(env)
+
+    @classmethod
+    def run_defaults(cls, env: str) -> dict[str, object]:
+        """ProcGen: the PB2 paper's setting (25M steps, exploit every 500k). Classic control:
+        about 30 rounds of two default rollouts, where PPO solves CartPole in ~360k steps."""
+        if is_procgen(env):
+            return {"t_ready": 500_000, "max_budget": 25_000_000}
+        return {"t_ready": 32_768, "max_budget": 1_000_000}
+
+    @classmethod
+    def space_file(cls, env: str) -> str:
+        """The search space for ``env`` when the run names none: ProcGen's, or a classic-control one."""
+        return cls.default_space if is_procgen(env) else "ppo_classic.yaml"
+
+    @classmethod
+    def validate(cls, space: Space, settings: MemberSettings, device: str) -> None:
+        if not isinstance(settings, PPOSettings):
+            raise UsageError(f"PPO needs PPOSettings, got {type(settings).__name__}")
+        _check_names(space.names)
+        rollout = settings.n_envs * settings.n_steps
+        for name, param in space.params.items():
+            if isinstance(param, Continuous):
+                if name in INTEGER_HYPERPARAMETERS:
+                    raise UsageError(f"{name} is an integer: make it categorical in the search space, "
+                                     f"e.g. {{type: categorical, choices: [...]}}")
+                values: tuple[Any, ...] = (param.low, param.high)
+            else:
+                values = param.choices
+            for value in values:
+                try:
+                    _check_value(name, value)
+                except UsageError as err:
+                    raise UsageError(f"search space: {err}") from None
+                if name == "batch_size" and rollout % value:
+                    raise UsageError(f"search space: batch_size {value} does not divide "
+                                     f"n_envs * n_steps = {rollout}")
+        _check_device(device)
+
+    def __init__(self, context: MemberContext, settings: PPOSettings, config: Config) -> None:
+        super().__init__(context, settings, config)
+        threads = _thread_budget()
+        torch.set_num_threads(threads)
+        # Handing steps to worker threads costs more than it saves on a core or two
+        # (bigfish, 64 envs, 2 cores: 55k steps/s in the calling thread, 36k with 2 threads).
+        self._env_threads = threads if threads > 2 else 0
+        venv = self._make_env(settings.n_envs, context.seed, settings.num_levels, settings.start_level)
+        self._venv: StatefulVecEnv = venv
+        image = is_image_space(venv.observation_space)
+        self.device = _resolve_device(context.device, image)
+        self._cuda = self.device.type == "cuda"
+        self._reward_norm = VecNormalize(venv, norm_obs=False, norm_reward=settings.normalize_reward)
+        self._rng = _rng_state(self._cuda)
+        with self._own_rng():
+            torch.manual_seed(context.seed)
+            np.random.seed(context.seed % 2**32)
+            random.seed(context.seed)
+            with warnings.catch_warnings():
+                # SB3 warns that MLP PPO is meant for the CPU; only an explicit --device cuda gets here.
+                warnings.filterwarnings("ignore", message="You are trying to run PPO on the GPU")
+                # The other hyperparameters are set by apply(), the one place that knows where SB3 reads them.
+                self.model = PPO(ImpalaPolicy if image else "MlpPolicy", self._reward_norm,
+                                 n_steps=settings.n_steps, batch_size=settings.batch_size,
+                                 device=self.device, verbose=0)
+        # Start from the envs' first observations now (not inside the first ``learn``), so a
+        # checkpoint written before any training holds them too.
+        self.model._last_obs = self._reward_norm.reset()
+        self.model._last_episode_starts = np.ones(settings.n_envs, dtype=bool)
+        self.model.set_logger(configure(str(context.log_dir), ["tensorboard"]) if context.log_dir is not None
+                              else Logger(folder=None, output_formats=[]))
+        self._config: Config = {}
+        self.apply(config)
+
+    def _make_env(self, n_envs: int, seed: int, num_levels: int, start_level: int) -> StatefulVecEnv:
+        return make_env(self.context.env, n_envs, seed, num_levels=num_levels, start_level=start_level,
+                        distribution_mode=self.settings.distribution_mode, num_threads=self._env_threads)
+
+    @contextmanager
+    def _own_rng(self) -> Iterator[None]:
+        """Run with this member's RNG states in the global RNGs; leave the caller's as they were."""
+        outer = _rng_state(self._cuda)
+        _set_rng_state(self._rng)
+        try:
+            yield
+        finally:
+            self._rng = _rng_state(self._cuda)
+            _set_rng_state(outer)
+
+    @property
+    def config(self) -> Config:
+        return dict(self._config)
+
+    def apply(self, config: Config) -> None:
+        """Set each hyperparameter in ``config`` everywhere SB3 reads it; others keep their values."""
+        _check_names(list(config))
+        config = {name: int(v) if name in INTEGER_HYPERPARAMETERS else v for name, v in config.items()}
+        for name, value in config.items():
+            _check_value(name, value)
+        self._config = {**self._config, **config}
+        hp = {name: getattr(self.settings, name) for name in HYPERPARAMETERS} | self._config
+        model = self.model
+        # train() resets the optimizer's lr from lr_schedule; the param groups are set too, so
+        # the new value holds before the next update and after an optimizer-state load.
+        model.learning_rate = hp["learning_rate"]
+        model.lr_schedule = FloatSchedule(hp["learning_rate"])
+        for group in model.policy.optimizer.param_groups:
+            group["lr"] = hp["learning_rate"]
+        model.clip_range = FloatSchedule(hp["clip_range"])
+        model.clip_range_vf = None if hp["clip_range_vf"] is None else FloatSchedule(hp["clip_range_vf"])
+        for name in ("ent_coef", "vf_coef", "max_grad_norm", "n_epochs", "batch_size", "gamma", "gae_lambda"):
+            setattr(model, name, hp[name])
+        # GAE reads copies held by the rollout buffer; the reward normaliser discounts on its own.
+        model.rollout_buffer.gamma = hp["gamma"]
+        model.rollout_buffer.gae_lambda = hp["gae_lambda"]
+        self._reward_norm.gamma = hp["gamma"]
+
+    def train(self, steps: int) -> float:
+        """Train for about ``steps`` env steps (whole rollouts, at least one).
+
+        Returns:
+            The mean return of the training episodes that ended during this call, NaN if none did.
+        """
+        if steps <= 0:
+            raise UsageError(f"steps to train must be positive, got {steps}")
+        rollout = self.settings.n_envs * self.settings.n_steps
+        total = max(1, round(steps / rollout)) * rollout
+        finished = _FinishedEpisodes()
+        with self._own_rng():
+            self.model.learn(total, callback=finished, reset_num_timesteps=False, progress_bar=False)
+        self.steps += total
+        # The last update's losses stay in the logger until the next dump; write them now, at this step.
+        self.model.logger.dump(self.model.num_timesteps)
+        return float(np.mean(finished.returns)) if finished.returns else math.nan
+
+    def evaluate(self) -> float:
+        """Mean return of ``eval_episodes`` finished episodes on unrestricted (unseen) levels.
+
+        The test env is built fresh, seeded from the member's seed and step count, and the
+        policy samples actions from a generator of its own: evaluating never changes what
+        training does next.
+        """
+        s = self.settings
+        n_envs = s.eval_n_envs or s.eval_episodes
+        seed = int(np.random.SeedSequence([self.context.seed, self.steps]).generate_state(1)[0])
+        env = self._make_env(n_envs, seed, num_levels=0, start_level=0)
+        # Fix each env's episode count up front (as SB3's evaluate_policy does); taking the
+        # first episodes to finish would favour short ones.
+        targets = (s.eval_episodes + np.arange(n_envs)) // n_envs
+        counts = np.zeros(n_envs, dtype=int)
+        returns: list[float] = []
+        obs = env.reset()
+        with torch.random.fork_rng(devices=[torch.cuda.current_device()] if self._cuda else []):
+            torch.manual_seed(seed)
+            while (counts < targets).any():
+                actions, _ = self.model.policy.predict(obs, deterministic=False)
+                obs, _, dones, infos = env.step(actions)
+                for i in np.flatnonzero(dones & (counts < targets)):
+                    returns.append(float(infos[i]["episode"]["r"]))
+                    counts[i] += 1
+        env.close()
+        return float(np.mean(returns))
+
+    def save(self, path: Path) -> None:
+        model = self.model
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "member": self.context.index,
+            "env": self.context.env,
+            "n_envs": self.settings.n_envs,
+            "steps": self.steps,
+            "n_updates": model._n_updates,
+            "config": self._config,
+            "policy": model.policy.state_dict(),
+            "optimizer": model.policy.optimizer.state_dict(),
+            "reward_norm": {"mean": self._reward_norm.ret_rms.mean, "var": self._reward_norm.ret_rms.var,
+                            "count": self._reward_norm.ret_rms.count, "returns": self._reward_norm.returns},
+            "last_obs": model._last_obs,
+            "last_episode_starts": model._last_episode_starts,
+            "env_state": self._venv.get_state(),
+            "rng": self._rng,
+        }
+        tmp = Path(f"{path}.tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+
+    def load(self, path: Path) -> None:
+        # Checkpoints hold NumPy arrays and RNG tuples, so they are full pickles: load only
+        # files pbx wrote (the run folder's own checkpoints).
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise UsageError(f"{path}: not a pbx PPO checkpoint (format {state.get('format')!r})")
+        if (state["env"], state["n_envs"]) != (self.context.env, self.settings.n_envs):
+            raise UsageError(f"{path} holds a member trained on {state['env']} with {state['n_envs']} envs; "
+                             f"this member runs {self.context.env} with {self.settings.n_envs}")
+        model = self.model
+        model.policy.load_state_dict(state["policy"])
+        model.policy.optimizer.load_state_dict(state["optimizer"])
+        norm = state["reward_norm"]
+        self._reward_norm.ret_rms.mean = norm["mean"]
+        self._reward_norm.ret_rms.var = norm["var"]
+        self._reward_norm.ret_rms.count = norm["count"]
+        self.steps = model.num_timesteps = state["steps"]
+        model._n_updates = state["n_updates"]
+        if state["member"] == self.context.index:
+            self._restore_world(state)
+        if model.ep_info_buffer is not None:
+            model.ep_info_buffer.clear()
+        # The optimizer load restored the saved lr into the param groups; apply sets it again.
+        self._config = {}
+        self.apply(state["config"])
+
+    def _restore_world(self, state: dict[str, Any]) -> None:
+        """Restore the envs, the per-env discounted returns and the RNG streams: this member's own resume.
+
+        An exploit (a checkpoint of another member) leaves them alone. Copied too,
+        they would make the recipient replay the donor's next rollout step for step:
+        same policy, same levels, same random actions, so a round's data twice.
+        """
+        model = self.model
+        self._reward_norm.returns = state["reward_norm"]["returns"].copy()
+        self._venv.set_state(state["env_state"])
+        # Same values in the memory layout this env produces (ProcGen: channels-last strides):
+        # conv kernels for other layouts differ in the last bit, and so would the next actions.
+        model._last_obs = np.empty_like(model._last_obs)
+        model._last_obs[...] = state["last_obs"]
+        model._last_episode_starts = state["last_episode_starts"]
+        self._rng = state["rng"]
+
+    def close(self) -> None:
+        self.model.env.close()
+        self.model.logger.close()
+
+
+def _check_names(names: list[str]) -> None:
+    unknown = [n for n in names if n not in HYPERPARAMETERS]
+    if unknown:
+        raise UsageError(f"PPO has no hyperparameter {', '.join(map(repr, unknown))} to search over; "
+                         f"it can change {', '.join(HYPERPARAMETERS)} while training "
+                         f"(n_envs and n_steps size the rollout buffer: set them with -m instead)")
+
+
+def _check_device(device: str) -> None:
+    if device not in ("auto", "cpu", "cuda"):
+        raise UsageError(f"--device must be auto, cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda but no CUDA GPU is available; use --device cpu or auto")
+
+
+def _resolve_device(device: str, image: bool) -> torch.device:
+    """``auto``: the GPU for CNN policies; MLP policies stay on the CPU, where SB3 runs them faster."""
+    _check_device(device)
+    if device == "auto":
+        device = "cuda" if image and torch.cuda.is_available() else "cpu"
+    return torch.device(device)
