@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -78,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = cfg.run
     print(f"pbx: {run.search} on {run.env}, {run.pop_size} members x {run.max_budget:,} steps "
           f"({run.rounds} rounds of {run.t_ready:,}), seed {run.seed} -> {run_dir.path}")
+    # A scheduler's SIGTERM (end of a job's time) stops the run like Ctrl-C: envs closed, resume hint printed.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         history = SyncRunner(cfg, run_dir).run()
     except KeyboardInterrupt:

@@ -78,3 +78,19 @@ def test_killed_run_resumes_to_the_uninterrupted_history(tmp_path) -> None:
     assert resumed.returncode == 0, err
     pd.testing.assert_frame_equal(_without_wall(history), _without_wall(tmp_path / "whole" / "history.csv"))
     assert "Traceback" not in err
+
+
+def test_sigterm_stops_cleanly_with_a_resume_hint(tmp_path) -> None:
+    proc = _start(*PB2_TOY, "--run-dir", str(tmp_path / "run"))
+    history = tmp_path / "run" / "history.csv"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (history.exists() and len(history.read_text().splitlines()) > 1 + 4 * 3):
+        time.sleep(0.01)
+    proc.terminate()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err.strip().endswith(f"continue with --resume {tmp_path / 'run'}") and "Traceback" not in err
+    resumed = _start("--resume", str(tmp_path / "run"))
+    out, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err
+    assert read_csv(history)["round"].max() == 29 and out.splitlines()[-1].startswith("done:")
