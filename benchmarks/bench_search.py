@@ -16,20 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from pbx.config import resolve
-from pbx.run_dir import RunDir
-from pbx.runners.sync import SyncRunner
 from pbx.strategies import STRATEGIES
+from toy_runs import run_toy
 
 POPULATIONS = (2, 4)
 
 
 def final_best_q(search: str, pop_size: int, seed: int, folder: Path) -> float:
-    cfg = resolve([{"run": {"env": "toy", "search": search, "pop_size": pop_size, "t_ready": 4,
-                            "max_budget": 200, "seed": seed}}])
-    run_dir = RunDir(folder)
-    run_dir.create()
-    return float(SyncRunner(cfg, run_dir).run().latest()["score"].max())
+    return float(run_toy(folder, search, pop_size, seed).latest()["score"].max())
 
 
 def main() -> None:

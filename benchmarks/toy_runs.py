@@ -1,0 +1,22 @@
+"""A toy run as the benchmarks need it: resolved like ``python -m pbx.train --env toy``, round lines muted."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+from pbx.config import resolve
+from pbx.history import History
+from pbx.run_dir import RunDir
+from pbx.runners.sync import SyncRunner
+
+
+def run_toy(folder: Path, search: str, pop_size: int = 4, seed: int = 0) -> History:
+    """200 steps per member, t_ready 4 (the PBT paper's figure), in ``folder``; returns the history."""
+    cfg = resolve([{"run": {"env": "toy", "search": search, "pop_size": pop_size, "t_ready": 4,
+                            "max_budget": 200, "seed": seed}}])
+    run_dir = RunDir(folder)
+    run_dir.create()
+    with contextlib.redirect_stdout(io.StringIO()):  # the run's round lines; a benchmark prints a table
+        return SyncRunner(cfg, run_dir).run()
