@@ -11,12 +11,13 @@ import pytest
 from scipy import linalg
 
 from pbx.errors import UsageError
-from pbx.history import History, Row
+from pbx.history import History, Row, rank_best_first
 from pbx.space import Categorical, Config, Continuous, Space
 from pbx.strategies import pb2
 from pbx.strategies.kernels import TimeVaryingSE
 from pbx.strategies.pb2 import PB2, Acquisition, PB2Settings, Posterior, intervals
-from pbx.strategies.selection import WinnerTakesAll, rank_best_first
+from pbx.strategies.base import RoundContext
+from pbx.strategies.selection import WinnerTakesAll
 
 STEPS = 100
 PEAK = np.array([0.3, 0.7])
@@ -70,7 +71,8 @@ def best_donor(history: History) -> tuple[int, Config]:
 
 def pick(strategy: PB2, history: History, space: Space, seed: int, pending: list[Config], context) -> Config:
     donor, config = best_donor(history)
-    return strategy.explore(donor, config, history, space, np.random.default_rng(seed), pending, context)[0]
+    round_ = RoundContext(history, space, context, list(pending))
+    return strategy.explore(donor, config, round_, np.random.default_rng(seed))[0]
 
 
 def distance(space: Space, a: Config, b: Config) -> float:

@@ -15,7 +15,7 @@ and PB2 differ in ``explore`` only; baselines (``none``, ``random``) implement
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 import numpy as np
@@ -81,6 +81,20 @@ def keep_all(history: History) -> list[Decision]:
     return [Decision(int(row["member"]), int(row["member"]), history.config_of(row)) for _, row in latest.iterrows()]
 
 
+@dataclass
+class RoundContext:
+    """What every :meth:`ExploitExplore.explore` call of one round shares."""
+
+    history: History
+    """Every finished round."""
+    space: Space
+    """The search space (bounds, scales)."""
+    fitted: Any
+    """What :meth:`ExploitExplore.prepare` returned (PB2: the round's GP); None when it fitted nothing."""
+    pending: list[Config] = field(default_factory=list)
+    """Configs already chosen for other members this round, in order (PB2 spreads its picks by them)."""
+
+
 class ExploitExplore(Strategy):
     """Truncation/winner selection, then a subclass-specific explore step for each member that copied."""
 
@@ -89,16 +103,15 @@ class ExploitExplore(Strategy):
         configs = [history.config_of(row) for _, row in latest.iterrows()]
         members = [int(m) for m in latest["member"]]
         pairs = self.selection.pairs(latest["score"].to_numpy(dtype=float), rng)
-        context = self.prepare(history, space) if pairs else None
-        pending: list[Config] = []
+        round_ = RoundContext(history, space, self.prepare(history, space) if pairs else None)
         decisions = []
         for m, config in zip(members, configs):
             if m not in pairs:
                 decisions.append(Decision(m, m, config))
                 continue
             donor = pairs[m]
-            new, ops = self.explore(donor, configs[members.index(donor)], history, space, rng, pending, context)
-            pending.append(new)
+            new, ops = self.explore(donor, configs[members.index(donor)], round_, rng)
+            round_.pending.append(new)
             decisions.append(Decision(m, donor, new, tuple(ops), explored=True))
         return decisions
 
@@ -108,25 +121,15 @@ class ExploitExplore(Strategy):
 
     @abstractmethod
     def explore(
-        self,
-        donor: int,
-        donor_config: Config,
-        history: History,
-        space: Space,
-        rng: np.random.Generator,
-        pending: list[Config],
-        context: Any,
+        self, donor: int, donor_config: Config, round_: RoundContext, rng: np.random.Generator
     ) -> tuple[Config, list[str]]:
         """A new config for a member that copied ``donor``.
 
         Args:
             donor: the member copied from.
             donor_config: the donor's config in the latest round.
-            history: every finished round.
-            space: the search space (bounds, scales).
+            round_: the history, the space, this round's earlier picks and what :meth:`prepare` fitted.
             rng: the round's generator; the only source of randomness.
-            pending: configs already chosen for other members this round.
-            context: what :meth:`prepare` returned.
 
         Returns:
             The new config (inside the space's bounds) and readable operations.

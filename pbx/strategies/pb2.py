@@ -45,7 +45,7 @@ from threadpoolctl import threadpool_limits
 from pbx.errors import UsageError
 from pbx.history import History
 from pbx.space import Config, Continuous, Space
-from pbx.strategies.base import Decision, ExploitExplore
+from pbx.strategies.base import Decision, ExploitExplore, RoundContext
 from pbx.strategies.kernels import TimeVaryingSE, se_gradient, sq_dist
 from pbx.strategies.pbt import PBTSettings, perturb
 
@@ -388,23 +388,18 @@ class PB2(ExploitExplore):
             return Posterior(*fit_kernel(X[recent], y[recent], fixed_noise=FALLBACK_NOISE), X, y)
 
     def explore(
-        self,
-        donor: int,
-        donor_config: Config,
-        history: History,
-        space: Space,
-        rng: np.random.Generator,
-        pending: list[Config],
-        context: RoundGP | None,
+        self, donor: int, donor_config: Config, round_: RoundContext, rng: np.random.Generator
     ) -> tuple[Config, list[str]]:
         """Categoricals as in PBT; continuous values maximise UCB at the donor's time and score."""
-        if context is None or donor not in context.queries:
+        space, gp = round_.space, round_.fitted
+        if gp is None or donor not in gp.queries:
             return perturb(donor_config, space, rng, self.settings.resample_prob)
         new, ops = perturb(donor_config, space, rng, self.settings.resample_prob, names=space.categorical)
+        pending = round_.pending
         unit_pending = np.array([space.to_unit(c) for c in pending]).reshape(len(pending), len(space.continuous))
         try:
             with quiet():
-                acquisition = Acquisition(context.posterior, context.queries[donor], unit_pending, context.kappa)
+                acquisition = Acquisition(gp.posterior, gp.queries[donor], unit_pending, gp.kappa)
                 best = maximise(acquisition, len(space.continuous), self.settings.restarts, rng)
         except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
             logger.warning("PB2: the acquisition failed (%s); exploring as PBT for this member", err)

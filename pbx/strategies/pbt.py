@@ -10,14 +10,11 @@ fallback when the GP fails.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
 from pbx.errors import UsageError
-from pbx.history import History
 from pbx.space import Categorical, Config, Space
-from pbx.strategies.base import ExploitExplore, StrategySettings
+from pbx.strategies.base import ExploitExplore, RoundContext, StrategySettings
 
 FACTORS = (0.8, 1.2)
 CATEGORICAL_RESAMPLE_PROB = 0.5
@@ -61,13 +58,6 @@ class PBT(ExploitExplore):
     settings: PBTSettings
 
     def explore(
-        self,
-        donor: int,
-        donor_config: Config,
-        history: History,
-        space: Space,
-        rng: np.random.Generator,
-        pending: list[Config],
-        context: Any,
+        self, donor: int, donor_config: Config, round_: RoundContext, rng: np.random.Generator
     ) -> tuple[Config, list[str]]:
-        return perturb(donor_config, space, rng, self.settings.resample_prob)
+        return perturb(donor_config, round_.space, rng, self.settings.resample_prob)
