@@ -28,18 +28,18 @@ from pbx.history import History
 from pbx.run_dir import RunDir
 from pbx.runners.sync import SyncRunner
 
-# Flags that map one-to-one onto run settings: (flag spellings, setting name, type).
-RUN_FLAGS: list[tuple[tuple[str, ...], str, type]] = [
-    (("--env",), "env", str),
-    (("--search",), "search", str),
-    (("--selection",), "selection", str),
-    (("--batchsize", "--pop-size", "--pop_size"), "pop_size", int),
-    (("--t_ready", "--t-ready"), "t_ready", int),
-    (("--max_budget", "--max-budget"), "max_budget", int),
-    (("--seed",), "seed", int),
-    (("--space",), "space", str),
-    (("--device",), "device", str),
-    (("--name",), "name", str),
+# Flags that map one-to-one onto run settings: (flag spellings, setting name, type, help).
+RUN_FLAGS: list[tuple[tuple[str, ...], str, type, str]] = [
+    (("--env",), "env", str, "toy, a ProcGen game (bigfish, coinrun, ...) or a gymnasium id (CartPole-v1)"),
+    (("--search",), "search", str, "strategy: none (fixed baseline), random, PBT or PB2"),
+    (("--selection",), "selection", str, "exploit rule: truncation (bottom quantile copies top) or wta (all copy the best)"),
+    (("--batchsize", "--pop-size", "--pop_size"), "pop_size", int, "population size"),
+    (("--t_ready", "--t-ready"), "t_ready", int, "env steps per member between exploit/explore steps"),
+    (("--max_budget", "--max-budget"), "max_budget", int, "env steps per member in total"),
+    (("--seed",), "seed", int, "seeds the decisions and, per member, every learner"),
+    (("--space",), "space", str, "search-space YAML: a path or a file name in search_spaces/"),
+    (("--device",), "device", str, "auto (a GPU when there is one), cpu or cuda"),
+    (("--name",), "name", str, "run name"),
 ]
 
 
@@ -50,12 +50,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m pbx.train", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
-                formatter_class=argparse.RawDescriptionHelpFormatter)
-    for flags, dest, kind in RUN_FLAGS:
-        p.add_argument(*flags, dest=dest, type=kind, default=None, help=_run_help(dest))
+    examples = __doc__.split("\n\n")[1]
+    p = _Parser(prog="python -m pbx.train", description="Train a population (PBT, PB2, baselines) or resume one.",
+                epilog=f"examples:\n{examples}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    for flags, dest, kind, text in RUN_FLAGS:
+        p.add_argument(*flags, dest=dest, type=kind, default=None, help=f"{text}{_default(dest)}")
     p.add_argument("--run-dir", "--run_dir", dest="run_dir", default=None,
-                   help="run folder (default: runs/<name>, name = env-search-s<seed>-<time>)")
+                   help="run folder (default: runs/<name>)")
     p.add_argument("--config", default=None, help="experiment YAML (sections run/strategy/member, or flat keys)")
     p.add_argument("-m", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="override any setting, e.g. -m pop_size=8 n_envs=16 (or section.key=value)")
@@ -63,9 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _run_help(dest: str) -> str:
+def _default(dest: str) -> str:
     default = {f.name: f.default for f in dataclasses.fields(RunSettings)}[dest]
-    return f"(default: {default})" if default is not None else "(default: the env's own)"
+    if dest == "name":
+        return " (default: <env>-<search>-s<seed>-<time>)"
+    return f" (default: {default})" if default is not None else " (default: the env's own)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _setup(args: argparse.Namespace) -> tuple[RunConfig, RunDir]:
-    flags = {dest: getattr(args, dest) for _, dest, _ in RUN_FLAGS if getattr(args, dest) is not None}
+    flags = {dest: getattr(args, dest) for _, dest, _, _ in RUN_FLAGS if getattr(args, dest) is not None}
     if args.resume is not None:
         extra = sorted(flags) + (["--config"] if args.config else []) + (["-m"] if args.overrides else [])
         extra += ["--run-dir"] if args.run_dir else []

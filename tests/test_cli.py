@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pbx.config import load_yaml, resolve
 from pbx.train import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,3 +97,9 @@ def test_unknown_search_in_a_subprocess_has_no_traceback() -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr == "error: unknown --search 'PB3'; choose from ['PB2', 'PBT', 'none', 'random']\n"
+
+
+@pytest.mark.parametrize("experiment", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_experiment_files_resolve(experiment: Path) -> None:
+    cfg = resolve([load_yaml(experiment)])
+    assert cfg.run.env == "bigfish" and cfg.run.rounds >= 3
