@@ -21,7 +21,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -87,10 +87,10 @@ class RunConfig:
     strategy: StrategySettings
     member: MemberSettings
     space: Space
-    space_source: str = ""
+    space_source: str
     """Where the space was read from (for the record; the space itself is stored in full)."""
-    member_cls: type[Member] = field(default=Member, repr=False)
-    strategy_cls: type[Strategy] = field(default=Strategy, repr=False)
+    member_cls: type[Member] = field(repr=False)
+    strategy_cls: type[Strategy] = field(repr=False)
 
     def build_strategy(self) -> Strategy:
         return self.strategy_cls(self.strategy, make_selection(self.run.selection, self.run.quantile))
@@ -109,7 +109,7 @@ class RunConfig:
         path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
-def resolve(layers: list[Mapping[str, Any]], overrides: list[str] = ()) -> RunConfig:  # type: ignore[assignment]
+def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) -> RunConfig:
     """Merge config layers (lowest first) and ``-m key=value`` overrides into a validated RunConfig.
 
     Each layer is a mapping with optional ``run``/``strategy``/``member``/``space``

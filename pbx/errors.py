@@ -1,10 +1,21 @@
-"""The one exception type that means "the user asked for something we cannot do".
+"""Bad user input: the one exception type for it, and the argument parser that reports it in one line.
 
 Command lines catch it and print ``error: <message>`` with exit code 2, never a
 traceback. Raise it at the boundary (flags, YAML, settings) with a message that
 names the bad value and, where there is one, the fix.
 """
 
+import argparse
+from typing import NoReturn
+
 
 class UsageError(ValueError):
     """Bad user input: a flag, a config value, a search-space file or a run folder."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one ``error:`` line and exit code 2, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        # The usage block argparse prints first is noise next to the actual problem.
+        self.exit(2, f"error: {message} (see --help)\n")

@@ -34,7 +34,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from pbx.errors import UsageError
+from pbx.errors import ArgumentParser, UsageError
 from pbx.history import best_rows, complete_rounds, read_csv
 from pbx.plots import Band, plot_comparison, plot_member_scores, plot_schedules
 from pbx.run_dir import RunDir
@@ -297,7 +297,7 @@ def _is_report_folder(path: Path) -> bool:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m pbx.report",
         description="Plots and summary tables for pbx runs. Each run gets RUN_DIR/report/ (scores.png, "
                     "schedules.png, summary.md); several runs also get a comparison per strategy "

@@ -16,15 +16,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Sequence
 
 from pbx.config import RunConfig, RunSettings, load_yaml, resolve
-from pbx.errors import UsageError
-from pbx.history import History
+from pbx.errors import ArgumentParser, UsageError
+from pbx.history import History, best_rows
 from pbx.run_dir import RunDir
 from pbx.runners.sync import SyncRunner
 
@@ -43,15 +44,9 @@ RUN_FLAGS: list[tuple[tuple[str, ...], str, type, str]] = [
 ]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # One line, exit 2: the usage block argparse prints is noise next to the actual problem.
-        self.exit(2, f"error: {message} (see --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     examples = __doc__.split("\n\n")[1]
-    p = _Parser(prog="python -m pbx.train", description="Train a population (PBT, PB2, baselines) or resume one.",
+    p = ArgumentParser(prog="python -m pbx.train", description="Train a population (PBT, PB2, baselines) or resume one.",
                 epilog=f"examples:\n{examples}", formatter_class=argparse.RawDescriptionHelpFormatter)
     for flags, dest, kind, text in RUN_FLAGS:
         p.add_argument(*flags, dest=dest, type=kind, default=None, help=f"{text}{_default(dest)}")
@@ -117,9 +112,8 @@ def _setup(args: argparse.Namespace) -> tuple[RunConfig, RunDir]:
 
 
 def _summary(history: History, run_dir: RunDir) -> str:
-    last = history.latest()
-    best = last.loc[last["score"].fillna(float("-inf")).idxmax()]
-    test = "" if last["test_score"].isna().all() else f", its test score {best['test_score']:.4g}"
+    best = best_rows(history.frame).iloc[-1]
+    test = "" if math.isnan(best["test_score"]) else f", its test score {best['test_score']:.4g}"
     return (f"done: best final score {best['score']:.4g} (member {int(best['member'])}){test}; "
             f"history in {run_dir.history}; plots: python -m pbx.report {run_dir.path}")
 

@@ -206,3 +206,9 @@ def test_command_line_empty_history_exits_2_without_traceback(tmp_path: Path) ->
 def test_help_describes_outputs() -> None:
     result = report("--help")
     assert result.returncode == 0 and "comparison" in result.stdout and "RUN_DIR" in result.stdout
+
+
+def test_missing_run_dir_argument_is_one_line_and_exit_2() -> None:
+    result = report()
+    assert result.returncode == 2
+    assert result.stderr == "error: the following arguments are required: RUN_DIR (see --help)\n"

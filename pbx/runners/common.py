@@ -18,7 +18,7 @@ from pbx.console import Console, round_line
 from pbx.history import History, HistoryLog, Row
 from pbx.run_dir import RunDir
 from pbx.space import Categorical, Config
-from pbx.strategies import Decision
+from pbx.strategies import Decision, Strategy
 from pbx.tblog import ScalarWriter
 
 
@@ -32,8 +32,8 @@ def member_seed(seed: int, member: int) -> int:
     return int(np.random.SeedSequence([seed, member, 7919]).generate_state(1)[0])
 
 
-def initial_configs(cfg: RunConfig) -> list[Config]:
-    strategy = cfg.build_strategy()
+def initial_configs(strategy: Strategy, cfg: RunConfig) -> list[Config]:
+    """Each member's starting config, drawn with the run's pre-round generator."""
     return strategy.initial_configs(cfg.space, cfg.run.pop_size, round_rng(cfg.run.seed, -1))
 
 

@@ -56,7 +56,7 @@ class SyncRunner:
                 m.close()
 
     def _build_members(self, recorder: RunRecorder) -> None:
-        for i, config in enumerate(initial_configs(self.cfg)):
+        for i, config in enumerate(initial_configs(self.strategy, self.cfg)):
             context = MemberContext(env=self.cfg.run.env, index=i, seed=member_seed(self.cfg.run.seed, i),
                                     device=self.cfg.run.device, log_dir=recorder.member_log_dir(i))
             self.members.append(self.cfg.member_cls(context, self.cfg.member, config))
