@@ -7,8 +7,14 @@
 (c) A synchronous round's wall time / the sum of its members' own work in it
     (target <= 1.05): what the runner adds (checkpoints, history fsync,
     TensorBoard, decisions, exploit loads). Members' work is train() plus
-    evaluate(); the line after the table splits it, so the share of the test
-    evaluation is visible too.
+    evaluate(); the line after the table splits it.
+(d) The test evaluation's share of a member's round, apart from training, at
+    the README quick start (16 envs x 128 steps, t_ready 2,048, 4 test
+    episodes) and at the PB2 paper setting (64 envs x 256 steps, t_ready
+    500,000, 100 test episodes). Training time per round is extrapolated from
+    the measured rate over whole rollouts (a paper round is 500k steps); the
+    evaluation is timed whole. ``eval_every`` k divides the share's
+    evaluation part by k.
 
 Contestants alternate (ours, baseline, baseline, ours), repeatedly, so that load
 from other processes hits both alike; each ratio is the median of the
@@ -152,9 +158,9 @@ class TimedMember(PPOMember):
         TimedMember.calls.append(("train", time.perf_counter() - start))
         return score
 
-    def evaluate(self) -> float:
+    def evaluate(self, seed: int) -> float:
         start = time.perf_counter()
-        score = super().evaluate()
+        score = super().evaluate(seed)
         TimedMember.calls.append(("evaluate", time.perf_counter() - start))
         return score
 
@@ -190,17 +196,64 @@ def round_vs_member_work(repeats: int) -> Row:
                unit="s/round", at_most=True)
 
 
+@dataclass(frozen=True)
+class Setting:
+    """A member's per-round work as a run sets it up: PPO sizes, round length and test episodes."""
+
+    name: str
+    settings: PPOSettings
+    t_ready: int
+    rollouts: int
+    """Rollouts timed to measure the training rate (a paper round is too long to time whole on a CPU)."""
+
+
+EVAL_SETTINGS = (
+    Setting("quick start", PPOSettings(n_envs=16, n_steps=128, batch_size=512, eval_episodes=4), 2048, 1),
+    Setting("paper", PPOSettings(eval_episodes=100), 500_000, 1),
+)
+
+
+def evaluation_share(repeats: int, device: str = "cpu") -> None:
+    """(d) Seconds of train() per round (extrapolated) and of evaluate(), and evaluate()'s share."""
+    for setting in EVAL_SETTINGS:
+        s = setting.settings
+        member = PPOMember(MemberContext(env=GAME, index=0, seed=0, device=device), s, CONFIG)
+        rollout = s.n_envs * s.n_steps
+        member.train(rollout)  # warm-up: first-call costs are not a round's
+        train_s, eval_s = [], []
+        for r in range(max(1, repeats // 2)):
+            start = time.perf_counter()
+            member.train(setting.rollouts * rollout)
+            train_s.append((time.perf_counter() - start) / (setting.rollouts * rollout) * setting.t_ready)
+            start = time.perf_counter()
+            member.evaluate(r)
+            eval_s.append(time.perf_counter() - start)
+        member.close()
+        train, evaluate = statistics.median(train_s), statistics.median(eval_s)
+        print(f"(d) {setting.name:<11} on {device}: train {train:9.1f} s/round ({setting.t_ready:,} steps), "
+              f"evaluate {evaluate:6.1f} s ({s.eval_episodes} episodes): evaluation {evaluate / (train + evaluate):.1%} "
+              f"of the round; with eval_every 5 {evaluate / 5 / (train + evaluate / 5):.1%}", flush=True)
+
+
 MEASUREMENTS: list[Callable[[int], Row]] = [member_vs_sb3, adapter_vs_procgen, round_vs_member_work]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="alternating repeats per measurement")
-    repeats = parser.parse_args().repeats
+    parser.add_argument("--only", choices=["ratios", "evaluation"], default=None,
+                        help="run only (a)-(c) or only (d)")
+    parser.add_argument("--device", default="cpu", help="device for (d): cpu or cuda")
+    args = parser.parse_args()
+    repeats = args.repeats
     s = SETTINGS
     print(f"{GAME} on the CPU, {repeats} repeats. (a): {s.n_envs} envs x {s.n_steps} steps, batch {s.batch_size}, "
           f"{s.n_epochs} epochs, {ROLLOUTS_PER_CALL} rollout(s) per call; (b): {ENV_N_ENVS} envs, "
           f"{ENV_STEP_SECONDS:g} s per call, {ENV_REPEATS_PER_REPEAT}x the repeats. Rates in env steps per wall-clock second.")
+    if args.only != "ratios":
+        evaluation_share(repeats, args.device)
+    if args.only == "evaluation":
+        return
     print(f"{'measurement':<44} {'pbx':>9} {'baseline':>9} {'unit':<8} {'ratio':>6}  target")
     for measure in MEASUREMENTS:
         row = measure(repeats)

@@ -61,6 +61,8 @@ class RunSettings:
     """``auto`` (a GPU when there is one), ``cpu`` or ``cuda``."""
     name: str | None = None
     """Run name; the folder is ``runs/<name>`` unless ``--run-dir`` says otherwise."""
+    eval_every: int = 1
+    """Evaluate the test score every this many rounds (and always in the last round)."""
 
     def __post_init__(self) -> None:
         if self.pop_size < 1:
@@ -69,6 +71,8 @@ class RunSettings:
             raise UsageError(f"t_ready must be a positive number of steps, got {self.t_ready}")
         if self.max_budget is not None and self.t_ready is not None and self.max_budget < self.t_ready:
             raise UsageError(f"max_budget ({self.max_budget}) must be at least t_ready ({self.t_ready})")
+        if self.eval_every < 1:
+            raise UsageError(f"eval_every must be a positive number of rounds, got {self.eval_every}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise UsageError(f"device must be auto, cpu or cuda, got {self.device!r}")
 
@@ -91,6 +95,15 @@ class RunConfig:
     """Where the space was read from (for the record; the space itself is stored in full)."""
     member_cls: type[Member] = field(repr=False)
     strategy_cls: type[Strategy] = field(repr=False)
+
+    def round_steps(self, round_: int) -> int:
+        """Steps each member is asked to train in ``round_`` (the last round takes the rest of the budget)."""
+        assert self.run.t_ready is not None and self.run.max_budget is not None  # filled in by resolve()
+        return min(self.run.t_ready, self.run.max_budget - round_ * self.run.t_ready)
+
+    def total_steps(self) -> int:
+        """Steps each member really trains over the run (a member may round a round's steps, PPO to rollouts)."""
+        return sum(self.member_cls.round_steps(self.member, self.round_steps(r)) for r in range(self.run.rounds))
 
     def build_strategy(self) -> Strategy:
         return self.strategy_cls(self.strategy, make_selection(self.run.selection, self.run.quantile))

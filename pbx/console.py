@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pandas as pd
 from tqdm import tqdm
 
-from pbx.history import rank_best_first
+from pbx.history import best_rows
 from pbx.strategies import Decision
 
 
@@ -22,20 +22,33 @@ def format_score(value: float) -> str:
     return "nan" if math.isnan(value) else f"{value:.4g}"
 
 
-def round_line(round_: int, rounds: int, rows: pd.DataFrame, decisions: Sequence[Decision]) -> str:
-    """``round 3/50 | steps 16 | best 0.71 (m2) | mean 0.55 | test 0.70 | m0<-m2 h0 * 1.2``."""
+def round_line(round_: int, rounds: int, rows: pd.DataFrame, decisions: Sequence[Decision],
+               notes: Mapping[int, str] | None = None) -> str:
+    """``round 3/50 | steps 16 | best 0.71 (m2) | mean 0.55 | test 0.70 | m0<-m2 h0 * 1.2``.
+
+    ``test`` is the test score of the best member on *train* score (the test set never
+    selects). ``notes`` say why a member's score is NaN; a round with no finite score
+    says that nothing could be exploited.
+    """
     scores = rows["score"]
-    best = int(rows["member"].iloc[rank_best_first(scores.to_numpy(dtype=float))[0]])
+    best = best_rows(rows).iloc[0]
     parts = [
         f"round {round_ + 1}/{rounds}",
         f"steps {int(rows['steps'].max()):,}",
-        f"best {format_score(float(scores.max()))} (m{best})",
+        f"best {format_score(float(best['score']))} (m{int(best['member'])})",
         f"mean {format_score(float(scores.mean()))}",
     ]
     if rows["test_score"].notna().any():
-        parts.append(f"test {format_score(float(rows['test_score'].max()))}")
+        parts.append(f"test {format_score(float(best['test_score']))}")
+    for member, note in sorted((notes or {}).items()):
+        parts.append(f"m{member} no score: {note}")
     copies = [f"m{d.member}<-m{d.donor} {', '.join(d.ops)}".rstrip() for d in decisions if d.copies or d.explored]
-    parts.append("; ".join(copies) if copies else "no copies")
+    if copies:
+        parts.append("; ".join(copies))
+    elif decisions and not scores.notna().any():
+        parts.append("no exploit: no member has a score")
+    else:
+        parts.append("no copies")
     return " | ".join(parts)
 
 

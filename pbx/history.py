@@ -22,6 +22,7 @@ improvement rates straight off this table, reports draw lineages from it, and
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from dataclasses import dataclass
@@ -32,7 +33,8 @@ import numpy as np
 import pandas as pd
 
 from pbx.errors import UsageError
-from pbx.space import Value
+from pbx.files import fsync_dir
+from pbx.space import Categorical, Space, Value
 
 BASE_COLUMNS = ["member", "round", "steps", "wall_s", "score", "test_score", "parent", "explored"]
 _INT_COLUMNS = ("member", "round", "steps", "parent")
@@ -91,20 +93,29 @@ class History:
 
     def with_rows(self, rows: Sequence[Row]) -> History:
         """A new history with ``rows`` appended (the original is unchanged)."""
-        new = pd.DataFrame([r.as_record(self.hp_names) for r in rows], columns=self.frame.columns)
+        # object columns keep each value as given (pandas would turn a None choice into NaN)
+        new = pd.DataFrame([r.as_record(self.hp_names) for r in rows], columns=self.frame.columns, dtype=object)
         frame = new if not len(self.frame) else pd.concat([self.frame, new], ignore_index=True)
         return History(self.hp_names, _typed(frame))
 
 
 class HistoryLog:
-    """The append-only ``history.csv`` of a run: every round flushed and fsynced as it finishes."""
+    """The append-only ``history.csv`` of a run: every round flushed and fsynced as it finishes.
 
-    def __init__(self, path: Path, hp_names: Sequence[str]) -> None:
+    A round is on disk only when every one of its ``pop_size`` rows is, each ending
+    in a newline: on reopen a torn last line (a kill inside a write, even inside its
+    last field) and a last round with fewer rows than members are dropped, and the
+    file is rewritten to hold exactly the rounds kept.
+    """
+
+    def __init__(self, path: Path, space: Space, pop_size: int) -> None:
         self.path = Path(path)
-        self.columns = BASE_COLUMNS + list(hp_names)
-        self.history = History(hp_names)
+        self.space = space
+        self.pop_size = pop_size
+        self.columns = BASE_COLUMNS + space.names
+        self.history = History(space.names)
         if self.path.exists():
-            self.history = History(hp_names, self._read_complete_rounds())
+            self.history = History(space.names, self._read_complete_rounds())
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._write_lines([self.columns], mode="w")
@@ -117,31 +128,50 @@ class HistoryLog:
 
     def _write_lines(self, lines: list[list[str]], mode: str) -> None:
         with open(self.path, mode, newline="") as f:
-            csv.writer(f).writerows(lines)
+            csv.writer(f, lineterminator="\n").writerows(lines)
             f.flush()
             os.fsync(f.fileno())
 
     def _read_complete_rounds(self) -> pd.DataFrame:
         """Read the file, dropping a torn last line or a partly written last round (a kill mid-write)."""
-        frame = read_csv(self.path)
+        text = self.path.read_text()
+        if not text.endswith("\n"):
+            text = text[:text.rfind("\n") + 1]  # the last line never got its newline: torn
+        frame = read_csv(io.StringIO(text), self.space, name=str(self.path))
         if list(frame.columns) != self.columns:
             raise UsageError(f"{self.path}: columns {list(frame.columns)} do not match the run's {self.columns}")
-        frame = complete_rounds(frame)
+        frame = complete_rounds(frame, self.pop_size, name=str(self.path))
         # Rewrite so the file holds exactly the rounds we keep; later appends then follow whole rounds.
         kept = [self.columns] + [_csv_fields(rec, self.columns) for rec in frame.to_dict("records")]
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w", newline="") as f:
-            csv.writer(f).writerows(kept)
+            csv.writer(f, lineterminator="\n").writerows(kept)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+        fsync_dir(self.path.parent)
         return frame
 
 
-def complete_rounds(frame: pd.DataFrame) -> pd.DataFrame:
-    """Drop a last round that has fewer rows than members (a run killed, or still writing, mid-round)."""
-    if len(frame) and (frame["round"] == frame["round"].max()).sum() < frame["member"].nunique():
-        frame = frame[frame["round"] < frame["round"].max()]
+def complete_rounds(frame: pd.DataFrame, pop_size: int | None = None, name: str = "history") -> pd.DataFrame:
+    """Drop a last round with fewer rows than members (a run killed, or still writing, mid-round).
+
+    ``pop_size`` is the run's population; without it (a report of a folder whose
+    config says nothing else) the members seen in the file count. An earlier
+    round that is not whole means the file was damaged, not torn: that is an error.
+    """
+    if not len(frame):
+        return frame.reset_index(drop=True)
+    size = pop_size if pop_size is not None else frame["member"].nunique()
+    counts = frame.groupby("round")["member"].nunique()
+    last = int(frame["round"].max())
+    if counts[last] < size:
+        frame = frame[frame["round"] < last]
+        counts = counts.drop(last)
+    broken = counts[counts != size]
+    if len(broken) or (len(counts) and list(counts.index) != list(range(len(counts)))):
+        raise UsageError(f"{name}: rounds {list(broken.index) or 'numbering'} do not hold the population of "
+                         f"{size} members once each: the file is damaged (restore it, or start a new run)")
     return frame.reset_index(drop=True)
 
 
@@ -165,27 +195,61 @@ def best_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.loc[picks].reset_index(drop=True)
 
 
-def read_csv(path: Path | str) -> pd.DataFrame:
-    """Read a ``history.csv`` exactly as written (floats round-trip bit for bit)."""
+def read_csv(path: Path | str | io.StringIO, space: Space | None = None, name: str | None = None) -> pd.DataFrame:
+    """Read a ``history.csv`` exactly as written: floats round-trip bit for bit and, given the run's
+    ``space``, categorical values come back as the choices they were (``None``, ``"NA"``, ``1``), not as
+    pandas' guesses (NaN, ``"1"``)."""
+    name = name or str(path)
     try:
-        frame = pd.read_csv(path, float_precision="round_trip", on_bad_lines="skip")
-    except (pd.errors.EmptyDataError, pd.errors.ParserError) as err:
-        raise UsageError(f"{path}: not a pbx history file ({err})") from None
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, on_bad_lines="skip")
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise UsageError(f"{name}: not a pbx history file ({err})") from None
     missing = [c for c in BASE_COLUMNS if c not in frame.columns]
     if missing:
-        raise UsageError(f"{path}: not a pbx history file (missing columns {missing})")
-    frame = frame.dropna(subset=list(_INT_COLUMNS))
-    return _typed(frame)
+        raise UsageError(f"{name}: not a pbx history file (missing columns {missing})")
+    try:
+        return _typed(frame, space)
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"{name}: a value does not parse ({err}); the file is damaged") from None
 
 
-def _typed(frame: pd.DataFrame) -> pd.DataFrame:
+def _typed(frame: pd.DataFrame, space: Space | None = None) -> pd.DataFrame:
+    """Columns as their types; text columns (a file just read) are parsed exactly (``float(repr(x)) == x``)."""
     frame = frame.copy()
     for col in _INT_COLUMNS:
         frame[col] = frame[col].astype(np.int64)
     for col in _FLOAT_COLUMNS:
         frame[col] = frame[col].astype(np.float64)
     frame["explored"] = frame["explored"].map(lambda v: v is True or str(v) == "True").astype(bool)
+    for col in frame.columns[len(BASE_COLUMNS):]:
+        if pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(frame[col]):
+            continue
+        param = space.params.get(col) if space is not None else None
+        if isinstance(param, Categorical):
+            choices = {str(c): c for c in param.choices}
+            unknown = sorted(set(frame[col].map(str)) - set(choices))
+            if unknown:
+                raise ValueError(f"{col} takes {unknown}, not among its choices {list(param.choices)}")
+            frame[col] = pd.Series([choices[str(v)] for v in frame[col]], index=frame.index, dtype=object)
+        elif param is not None:
+            frame[col] = frame[col].astype(np.float64)
+        else:
+            frame[col] = _untyped_column(frame[col].astype(object))
     return frame
+
+
+def _untyped_column(values: pd.Series) -> pd.Series:
+    """A hyperparameter column with no space to say its type: numbers of one kind become a numeric
+    column, anything else (mixed choices, ``None``) stays as the Python values it holds."""
+    kinds = {type(v) for v in values}
+    if kinds == {str}:  # text just read from a file: floats parse exactly (float(repr(x)) == x)
+        try:
+            return values.astype(np.float64)
+        except ValueError:
+            return values
+    if kinds and (kinds <= {float, np.float64} or kinds <= {int, np.int64}):
+        return pd.to_numeric(values)
+    return values
 
 
 def _empty_frame(hp_names: Sequence[str]) -> pd.DataFrame:

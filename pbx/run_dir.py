@@ -2,6 +2,7 @@
 
     runs/<name>/config.yaml           resolved config (``--config`` rebuilds the run from it)
     runs/<name>/history.csv           one row per (member, round)
+    runs/<name>/strategy.csv          the strategy's reasons, one row per decision that changes a member
     runs/<name>/checkpoints/          member_<i>.r<round>.ckpt, the latest finished round
     runs/<name>/tb/                   TensorBoard, one sub-folder per member plus ``population``
     runs/<name>/report/               plots and tables written by ``python -m pbx.report``
@@ -33,6 +34,10 @@ class RunDir:
     @property
     def history(self) -> Path:
         return self.path / "history.csv"
+
+    @property
+    def strategy(self) -> Path:
+        return self.path / "strategy.csv"
 
     @property
     def checkpoints(self) -> Path:

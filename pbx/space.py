@@ -85,6 +85,9 @@ class Categorical:
             raise UsageError("a categorical parameter needs at least one choice, got an empty list")
         if len(set(self.choices)) != len(self.choices):
             raise UsageError(f"categorical choices must be distinct, got {list(self.choices)}")
+        if len({str(c) for c in self.choices}) != len(self.choices):
+            # history.csv stores text: 1 and "1" (or True and "True") would read back as one choice
+            raise UsageError(f"categorical choices must differ as text, got {list(self.choices)}")
         if self.default is not None and self.default not in self.choices:
             raise UsageError(f"default {self.default!r} is not one of {list(self.choices)}")
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -57,3 +62,23 @@ def synthetic_history(space: Space, pop: int, rounds: int, seed: int = 0) -> His
             rows.append(Row(member=m, round=r, steps=(r + 1) * 10, wall_s=float(r), score=score,
                             test_score=float("nan"), parent=m, explored=False, config=configs[m]))
     return History(space.names).with_rows(rows)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start_train(*args: str) -> subprocess.Popen:
+    """``python -m pbx.train ARGS`` as a user starts it, in the background."""
+    return subprocess.Popen([sys.executable, "-m", "pbx.train", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def kill_after(proc: subprocess.Popen, history: Path, rows: int, timeout: float = 120) -> None:
+    """SIGKILL ``proc`` as soon as ``history`` holds more than ``rows`` data rows (a kill mid-run)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if history.exists() and len(history.read_text().splitlines()) > 1 + rows:
+            break
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()

@@ -2,7 +2,13 @@ import math
 
 import pandas as pd
 
+import pytest
+
+from pbx.errors import UsageError
 from pbx.history import BASE_COLUMNS, History, HistoryLog, Row
+from pbx.space import Categorical, Continuous, Space
+
+SPACE = Space({"h0": Continuous(0.0, 1.0), "lr": Continuous(0.0, 1.0), "aug": Categorical(("crop", "flip"))})
 
 
 def _row(member: int, round_: int, score: float, h: float) -> Row:
@@ -12,12 +18,12 @@ def _row(member: int, round_: int, score: float, h: float) -> Row:
 
 def test_append_writes_whole_rounds_that_read_back_bit_for_bit(tmp_path) -> None:
     path = tmp_path / "history.csv"
-    log = HistoryLog(path, ["h0", "lr", "aug"])
+    log = HistoryLog(path, SPACE, 2)
     log.append([_row(0, 0, 0.1 + 0.2, 0.7), _row(1, 0, -1e-300, 0.123456789012345678)])
     log.append([_row(0, 1, math.nan, 0.7), _row(1, 1, 2.5, 0.2)])
     frame = pd.read_csv(path)
     assert list(frame.columns) == BASE_COLUMNS + ["h0", "lr", "aug"]
-    reopened = HistoryLog(path, ["h0", "lr", "aug"]).history
+    reopened = HistoryLog(path, SPACE, 2).history
     assert reopened.frame["score"].iloc[0] == 0.1 + 0.2  # exact, not approximately
     assert reopened.frame["lr"].iloc[0] == 1 / 3
     assert math.isnan(reopened.frame["score"].iloc[2])
@@ -28,14 +34,14 @@ def test_append_writes_whole_rounds_that_read_back_bit_for_bit(tmp_path) -> None
 
 def test_a_torn_last_round_is_dropped_on_reopen(tmp_path) -> None:
     path = tmp_path / "history.csv"
-    log = HistoryLog(path, ["h0", "lr", "aug"])
+    log = HistoryLog(path, SPACE, 2)
     log.append([_row(0, 0, 1.0, 0.5), _row(1, 0, 2.0, 0.5)])
     with open(path, "a") as f:  # a kill while round 1 was being written
         f.write("0,1,8,0.1,1.5,nan,0,False,0.5,0.33,crop\n1,1,8,0.")
-    reopened = HistoryLog(path, ["h0", "lr", "aug"])
+    reopened = HistoryLog(path, SPACE, 2)
     assert reopened.history.last_round == 0
     reopened.append([_row(0, 1, 3.0, 0.5), _row(1, 1, 4.0, 0.5)])
-    assert HistoryLog(path, ["h0", "lr", "aug"]).history.frame["score"].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert HistoryLog(path, SPACE, 2).history.frame["score"].tolist() == [1.0, 2.0, 3.0, 4.0]
 
 
 def test_with_rows_leaves_the_original_unchanged() -> None:
@@ -43,3 +49,47 @@ def test_with_rows_leaves_the_original_unchanged() -> None:
     one = empty.with_rows([_row(0, 0, 1.0, 0.5)])
     assert len(empty) == 0 and len(one) == 1 and empty.last_round == -1
     assert one.config_of(one.frame.iloc[0]) == {"h0": 0.5, "lr": 1 / 3, "aug": "crop"}
+
+
+def test_a_round_without_every_member_of_the_population_is_dropped(tmp_path) -> None:
+    path = tmp_path / "history.csv"
+    log = HistoryLog(path, SPACE, 4)
+    log.append([_row(m, 0, 1.0, 0.5) for m in range(4)])
+    log.append([_row(m, 1, 2.0, 0.5) for m in range(2)])  # a kill after 2 of 4 rows reached the disk
+    assert HistoryLog(path, SPACE, 4).history.last_round == 0
+    fresh = tmp_path / "fresh.csv"
+    HistoryLog(fresh, SPACE, 4).append([_row(m, 0, 1.0, 0.5) for m in range(2)])
+    assert HistoryLog(fresh, SPACE, 4).history.last_round == -1  # round 0 had 2 of 4 members: not finished
+
+
+def test_a_tear_inside_the_last_field_drops_the_line(tmp_path) -> None:
+    path = tmp_path / "history.csv"
+    log = HistoryLog(path, SPACE, 2)
+    log.append([_row(0, 0, 1.0, 0.5), _row(1, 0, 2.0, 0.5)])
+    with open(path, "a") as f:  # round 1 cut inside the last field: "crop" -> "cro" and no newline
+        f.write("0,1,8,0.1,1.5,nan,0,False,0.5,0.3333333333333333,crop\n1,1,8,0.1,1.5,nan,1,False,0.5,0.123456,cro")
+    assert HistoryLog(path, SPACE, 2).history.last_round == 0
+
+
+def test_a_hole_in_an_earlier_round_is_a_damaged_file(tmp_path) -> None:
+    path = tmp_path / "history.csv"
+    log = HistoryLog(path, SPACE, 2)
+    for r in range(3):
+        log.append([_row(0, r, 1.0, 0.5), _row(1, r, 2.0, 0.5)])
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:2] + lines[3:]))  # member 1's row of round 0 is gone
+    with pytest.raises(UsageError, match="history.csv: rounds \\[0\\]"):
+        HistoryLog(path, SPACE, 2)
+
+
+@pytest.mark.parametrize("choices", [(None, "crop"), ("NA", "null", "nan", "None"), (1, "crop"), (0.5, 2, True)])
+def test_categorical_choices_round_trip_with_their_types(tmp_path, choices) -> None:
+    space = Space({"h0": Continuous(0.0, 1.0), "aug": Categorical(choices)})
+    path = tmp_path / "history.csv"
+    log = HistoryLog(path, space, len(choices))
+    log.append([Row(member=m, round=0, steps=4, wall_s=0.0, score=1.0, test_score=math.nan, parent=m,
+                    explored=False, config={"h0": 0.1 + 0.2, "aug": c}) for m, c in enumerate(choices)])
+    back = HistoryLog(path, space, len(choices)).history
+    values = [back.config_of(row)["aug"] for _, row in back.latest().iterrows()]
+    assert values == list(choices) and [type(v) for v in values] == [type(c) for c in choices]
+    assert back.frame["h0"].iloc[0] == 0.1 + 0.2

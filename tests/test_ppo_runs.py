@@ -6,12 +6,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
+from pbx.config import resolve
 from pbx.history import read_csv
+from pbx.run_dir import RunDir
 
-from conftest import tensorboard_tags
+from conftest import kill_after, start_train, tensorboard_tags
 
 ROOT = Path(__file__).resolve().parent.parent
 # One rollout of 2 envs x 32 steps per round, two rounds, one test episode per member and round.
@@ -29,19 +33,20 @@ def _train(run_dir: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_pbt_on_bigfish_two_members_two_rounds(tmp_path) -> None:
     run_dir = tmp_path / "run"
-    _train(run_dir, "--env", "bigfish", "--search", "PBT", "--batchsize", "2")
+    proc = _train(run_dir, "--env", "bigfish", "--search", "PBT", "--batchsize", "2")
     history = read_csv(run_dir / "history.csv")
     assert len(history) == 4 and history["steps"].tolist() == [64, 64, 128, 128]
     assert history["test_score"].notna().all()  # one finished test episode each round
-    second = history[history["round"] == 1]
-    assert (second["parent"] != second["member"]).sum() == 1  # the worse member copied the better
+    # no bigfish episode ends in 64 steps: both scores are NaN, so nothing is known and nothing is copied
+    assert history["score"].isna().all() and (history["parent"] == history["member"]).all()
+    assert "no exploit: no member has a score" in proc.stdout
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["member_0.r1.ckpt", "member_1.r1.ckpt"]
     # TensorBoard: per member pbx's scores and hyperparameters and SB3's own losses; the population's best
     for member in ("member_0", "member_1"):
         tags = tensorboard_tags(run_dir / "tb" / member)
         # (no pbx/score: no bigfish episode ends in 64 steps, and NaN scores are not logged)
         assert {"pbx/test_score", "hp/learning_rate", "hp/ent_coef", "train/value_loss"} <= tags
-    assert {"pbx/best_score", "pbx/best_test_score"} <= tensorboard_tags(run_dir / "tb" / "population")
+    assert {"pbx/best_member_test_score"} <= tensorboard_tags(run_dir / "tb" / "population")
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["member"]["n_envs"] == 2 and config["space"]["learning_rate"]["log"] is True
 
@@ -56,16 +61,62 @@ def test_none_on_bigfish_trains_the_fixed_baseline_and_never_copies(tmp_path) ->
         assert (history[name] == value).all(), name
 
 
-def test_pb2_on_cartpole_end_to_end(tmp_path) -> None:
+def test_pb2_on_cartpole_copies_on_merit(tmp_path) -> None:
     run_dir = tmp_path / "run"
     proc = _train(run_dir, "--env", "CartPole-v1", "--search", "PB2", "--batchsize", "2",
                   "--max_budget", "256")
     history = read_csv(run_dir / "history.csv")
     assert history["round"].max() == 3
-    # untrained CartPole episodes last ~20 steps: every member finishes some in its first 64 steps
-    assert history[history["round"] == 0]["score"].notna().all()
+    # untrained CartPole episodes last ~20 steps: every member finishes some in each round of 64 steps
+    assert history["score"].notna().all()
     assert history["n_epochs"].isin([5, 10, 20]).all()
     assert sum(line.startswith("round ") for line in proc.stdout.splitlines()) == 4
+    scores = history.set_index(["member", "round"])["score"]
+    copies = history[history["parent"] != history["member"]]
+    assert len(copies)  # with two members and distinct scores, the worse one copies every round
+    for _, row in copies.iterrows():
+        assert scores[(row["parent"], row["round"] - 1)] > scores[(row["member"], row["round"] - 1)]
+
+
+def test_a_diverging_member_gets_a_nan_score_and_is_replaced(tmp_path) -> None:
+    from pbx.members.ppo import PPOMember
+    from pbx.runners.sync import SyncRunner
+
+    class Poisoned(PPOMember):
+        """Member 1's weights turn NaN before its second round: SB3 would raise inside learn()."""
+
+        def train(self, steps: int) -> float:
+            if self.context.index == 1 and self.steps == 64:
+                for p in self.model.policy.parameters():
+                    p.data.fill_(float("nan"))
+            return super().train(steps)
+
+    cfg = resolve([{"run": {"env": "CartPole-v1", "search": "PBT", "pop_size": 2, "t_ready": 64,
+                            "max_budget": 256, "device": "cpu"},
+                    "member": {"n_envs": 2, "n_steps": 32, "batch_size": 32, "n_epochs": 1, "eval_episodes": 1}}])
+    cfg.member_cls = Poisoned
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.create()
+    frame = SyncRunner(cfg, run_dir).run().frame.set_index(["member", "round"])
+    assert np.isnan(frame.loc[(1, 1), "score"]) and np.isfinite(frame.loc[(0, 1), "score"])
+    # the NaN member copies the finite one at the next exploit and trains on: the run finishes
+    assert frame.loc[(1, 2), "parent"] == 0 and np.isfinite(frame.loc[(1, 2), "score"])
+    assert frame.index.get_level_values("round").max() == 3
+
+
+def test_a_killed_ppo_population_resumes_to_the_uninterrupted_history(tmp_path) -> None:
+    args = [*TINY, "--env", "CartPole-v1", "--search", "PB2", "--batchsize", "2", "--max_budget", "384"]
+    whole = start_train(*args, "--run-dir", str(tmp_path / "whole"))
+    assert whole.wait(timeout=600) == 0, whole.stderr.read()
+    killed = start_train(*args, "--run-dir", str(tmp_path / "killed"))
+    history = tmp_path / "killed" / "history.csv"
+    kill_after(killed, history, rows=2 * 2, timeout=600)
+    assert 1 <= read_csv(history)["round"].max() < 5, "the kill should land mid-run"
+    resumed = start_train("--resume", str(tmp_path / "killed"))
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    pd.testing.assert_frame_equal(read_csv(history).drop(columns="wall_s"),
+                                  read_csv(tmp_path / "whole" / "history.csv").drop(columns="wall_s"))
 
 
 @pytest.mark.parametrize("args, message", [

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
+import json
 import time
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
+import pytest
 
 from pbx.history import read_csv
 
-from conftest import run_toy
-
-ROOT = Path(__file__).resolve().parent.parent
-
+from conftest import kill_after, run_toy, start_train
 
 def _without_wall(path: Path) -> pd.DataFrame:
     return read_csv(path).drop(columns="wall_s")
@@ -30,7 +26,12 @@ def test_history_rows_record_lineage_and_configs(tmp_path) -> None:
     copied = frame[frame["parent"] != frame["member"]]
     assert len(copied) == 9  # one bottom member per exploit round (ceil(0.25 * 4) = 1), none in round 0
     assert copied["explored"].all() and (copied["round"] > 0).all()
-    # the recipient starts from the donor's state: its score can only be the donor's plus progress
+    # the recipient starts from the donor's state: on the toy |theta| only shrinks, so its score is at
+    # least the donor's score of the round before (its own was lower: it was in the bottom quarter)
+    previous = frame.set_index(["member", "round"])["score"]
+    for _, row in copied.iterrows():
+        donor_before = previous[(row["parent"], row["round"] - 1)]
+        assert row["score"] >= donor_before > previous[(row["member"], row["round"] - 1)]
     ckpts = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
     assert ckpts == [f"member_{i}.r9.ckpt" for i in range(4)]
 
@@ -50,11 +51,7 @@ def test_same_seed_same_history_other_seed_other(tmp_path) -> None:
 
 
 PB2_TOY = ("--env", "toy", "--search", "PB2", "--seed", "5", "--max_budget", "120")
-
-
-def _start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pbx.train", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+_start = start_train
 
 
 def test_killed_run_resumes_to_the_uninterrupted_history(tmp_path) -> None:
@@ -63,13 +60,7 @@ def test_killed_run_resumes_to_the_uninterrupted_history(tmp_path) -> None:
 
     killed = _start(*PB2_TOY, "--run-dir", str(tmp_path / "killed"))
     history = tmp_path / "killed" / "history.csv"
-    deadline = time.time() + 60
-    while time.time() < deadline:  # kill -9 somewhere after round 8, mid-run
-        if history.exists() and len(history.read_text().splitlines()) > 1 + 4 * 8:
-            break
-        time.sleep(0.01)
-    os.kill(killed.pid, signal.SIGKILL)
-    killed.wait()
+    kill_after(killed, history, rows=4 * 8)  # kill -9 somewhere after round 8, mid-run
     done_rounds = read_csv(history)["round"].max()
     assert 8 <= done_rounds < 29, "the kill should land mid-run"
 
@@ -94,3 +85,54 @@ def test_sigterm_stops_cleanly_with_a_resume_hint(tmp_path) -> None:
     out, err = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, err
     assert read_csv(history)["round"].max() == 29 and out.splitlines()[-1].startswith("done:")
+
+
+def test_strategy_csv_records_pb2_reasons_and_a_resume_writes_them_once(tmp_path) -> None:
+    whole = _start(*PB2_TOY, "--run-dir", str(tmp_path / "whole"))
+    assert whole.wait(timeout=120) == 0, whole.stderr.read()
+    killed = _start(*PB2_TOY, "--run-dir", str(tmp_path / "killed"))
+    kill_after(killed, tmp_path / "killed" / "history.csv", rows=4 * 10)
+    resumed = _start("--resume", str(tmp_path / "killed"))
+    assert resumed.wait(timeout=120) == 0, resumed.stderr.read()
+    a, b = (pd.read_csv(tmp_path / name / "strategy.csv") for name in ("whole", "killed"))
+    pd.testing.assert_frame_equal(a, b)
+    # one row per copy (one recipient per round here), each recorded once although round 10's was replayed
+    history = read_csv(tmp_path / "whole" / "history.csv")
+    copies = history[history["parent"] != history["member"]]
+    assert a[["round", "member", "donor"]].values.tolist() == (
+        copies[["round", "member", "parent"]].assign(round=copies["round"] - 1).values.tolist())
+    info = pd.json_normalize(a["info"].map(json.loads).tolist())
+    pb2 = info[info["gp"] == 1]
+    assert len(pb2) >= len(a) - 2 and pb2[["lengthscale", "epsilon", "noise", "ucb"]].notna().all().all()
+
+
+def test_eval_every_tests_every_nth_round_and_the_last(tmp_path) -> None:
+    frame = run_toy(tmp_path / "run", search="PBT", max_budget=40, eval_every=3).frame
+    tested = sorted(frame.loc[frame["test_score"].notna(), "round"].unique())
+    assert tested == [2, 5, 8, 9]
+
+
+def _damage_cases(ckpt: Path, history: Path) -> dict[str, Callable[[], None]]:
+    return {
+        "missing checkpoint": lambda: ckpt.unlink(),
+        "empty checkpoint": lambda: ckpt.write_text(""),
+        "garbage checkpoint": lambda: ckpt.write_bytes(b"\x00\x01 not json"),
+        "checkpoint out of step": lambda: ckpt.write_text(ckpt.read_text().replace('"steps": 40', '"steps": 36')),
+        "history with a foreign header": lambda: history.write_text("a,b\n1,2\n"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_damage_cases(Path("x"), Path("y"))))
+def test_a_damaged_run_folder_is_one_line_and_exit_2(tmp_path, case: str) -> None:
+    run_dir = tmp_path / "run"
+    run_toy(run_dir, search="PBT", max_budget=40, t_ready=4)
+    # make the run resumable: pretend it should go on to 80 steps
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text().replace("max_budget: 40", "max_budget: 80"))
+    named = _damage_cases(run_dir / "checkpoints" / "member_2.r9.ckpt", run_dir / "history.csv")
+    named[case]()
+    proc = _start("--resume", str(run_dir))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, (out, err)
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert ("member_2.r9.ckpt" in err) if "checkpoint" in case else ("history.csv" in err), err

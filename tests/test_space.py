@@ -60,3 +60,8 @@ def test_malformed_yaml_gives_clear_errors(tmp_path, text: str, fragment: str) -
         Space.load(f)
     assert fragment in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_choices_that_read_the_same_as_text_are_refused() -> None:
+    with pytest.raises(UsageError, match="differ as text"):
+        Categorical((1, "1"))

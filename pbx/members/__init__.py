@@ -7,10 +7,10 @@ only when asked for, so toy runs never pay for importing torch.
 
 from __future__ import annotations
 
-from pbx.members.base import Member, MemberContext, MemberSettings
+from pbx.members.base import Diverged, Member, MemberContext, MemberSettings
 from pbx.members.toy import ToyMember
 
-__all__ = ["Member", "MemberContext", "MemberSettings", "ToyMember", "member_class"]
+__all__ = ["Diverged", "Member", "MemberContext", "MemberSettings", "ToyMember", "member_class"]
 
 
 def member_class(env: str) -> type[Member]:

@@ -4,7 +4,12 @@ A member owns one learner and everything it needs to continue (for PPO: the
 policy, the optimizer, its envs and their normalisation statistics). Runners
 call, per round: :meth:`Member.train`, optionally :meth:`Member.evaluate`,
 :meth:`Member.save`; and for an exploit :meth:`Member.load` of the donor's file
-followed by :meth:`Member.apply` of the new config.
+(``own=False``) followed by :meth:`Member.apply` of the new config. A resume
+loads each member's own file (``own=True``).
+
+A member whose numbers go non-finite raises :class:`Diverged` from ``train``
+after putting its learner back as it was before the call; the runner records
+a NaN score and the run goes on (the selection replaces NaN members).
 
 A new agent is one file under ``pbx/members/`` with a subclass of
 :class:`Member` registered in :mod:`pbx.members`.
@@ -18,6 +23,15 @@ from pathlib import Path
 from typing import ClassVar
 
 from pbx.space import Config, Space
+
+
+class Diverged(RuntimeError):
+    """Raised by :meth:`Member.train` when the learner's numbers went non-finite (loss, weights, logits).
+
+    Before raising, the member restores the learner state it had when ``train``
+    was called (its last good state) and counts the steps it took, so it can be
+    saved and replaced like any other member with a NaN score.
+    """
 
 
 @dataclass
@@ -60,6 +74,11 @@ class Member(ABC):
         return cls.default_space
 
     @classmethod
+    def round_steps(cls, settings: MemberSettings, steps: int) -> int:
+        """The env steps :meth:`train` really trains when asked for ``steps`` (PPO: whole rollouts)."""
+        return steps
+
+    @classmethod
     def validate(cls, space: Space, settings: MemberSettings, device: str) -> None:
         """Raise :class:`UsageError` for a space, settings or device this member cannot train with.
 
@@ -81,11 +100,25 @@ class Member(ABC):
 
     @abstractmethod
     def train(self, steps: int) -> float:
-        """Train for ``steps`` env steps and return the train score of this stretch (NaN if none)."""
+        """Train for ``steps`` env steps and return the train score of this stretch (NaN if none).
+
+        The score covers only what the member did in this call (for PPO: episodes that
+        started and ended inside it), so a member that just copied a donor is not scored
+        on play of the policy it threw away. Raises :class:`Diverged` (see there).
+        """
+
+    def score_note(self) -> str:
+        """Why the last :meth:`train` returned NaN, for the round line (``""``: no reason to give)."""
+        return ""
 
     @abstractmethod
-    def evaluate(self) -> float:
-        """Score on held-out conditions (test levels for ProcGen); NaN if the member has none."""
+    def evaluate(self, seed: int) -> float:
+        """Score on held-out conditions (test levels for ProcGen); NaN if the member has none.
+
+        ``seed`` is the round's evaluation seed, the same for every member of a round,
+        so members are tested on the same levels and their test scores compare
+        (common random numbers). Evaluating never changes what training does next.
+        """
 
     @abstractmethod
     def apply(self, config: Config) -> None:
@@ -96,14 +129,17 @@ class Member(ABC):
         """Write everything needed to continue bit for bit into one file at ``path``."""
 
     @abstractmethod
-    def load(self, path: Path) -> None:
-        """Restore the state written by :meth:`save`: of this member (resume), or of a donor (exploit).
+    def load(self, path: Path, *, own: bool) -> None:
+        """Restore the state written by :meth:`save`: this member's own (resume), or a donor's (exploit).
 
-        Its own checkpoint restores everything, so training continues bit for bit. A
-        donor's copies the learner (weights, optimizer, normalisation statistics, step
-        count, config) while the member keeps its own envs and random streams, so it
-        does not replay the donor's next rollout. The runner calls :meth:`apply`
-        afterwards when the decision changes the config.
+        The caller says which: a member index inside the file cannot tell (an MPI rank,
+        a schedule replay or a transfer from another run re-index members).
+        ``own=True`` restores everything, so training continues bit for bit.
+        ``own=False`` copies the learner (weights, optimizer, normalisation statistics,
+        step count, config) while the member keeps its own envs and random streams, so
+        it does not replay the donor's next rollout. The runner calls :meth:`apply`
+        afterwards when the decision changes the config. A file that cannot be read
+        raises :class:`~pbx.errors.UsageError` naming it.
         """
 
     def close(self) -> None:

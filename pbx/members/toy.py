@@ -12,13 +12,13 @@ for tests and strategy research.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from pbx.errors import UsageError
+from pbx.files import durable_write
 from pbx.members.base import Member, MemberContext, MemberSettings
 from pbx.space import Config, Space
 
@@ -75,20 +75,23 @@ class ToyMember(Member):
         self.steps += steps
         return true_objective(self.theta)
 
-    def evaluate(self) -> float:
-        return true_objective(self.theta)
+    def evaluate(self, seed: int) -> float:
+        return true_objective(self.theta)  # the toy has no held-out conditions: its test score is Q itself
 
     def apply(self, config: Config) -> None:
         self.h = np.array([float(config["h0"]), float(config["h1"])])
 
     def save(self, path: Path) -> None:
         state = {"theta": self.theta.tolist(), "h": self.h.tolist(), "steps": self.steps}
-        tmp = Path(f"{path}.tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, path)
+        durable_write(path, lambda tmp: tmp.write_text(json.dumps(state)))
 
-    def load(self, path: Path) -> None:
-        state = json.loads(Path(path).read_text())
-        self.theta = np.array(state["theta"], dtype=float)
-        self.h = np.array(state["h"], dtype=float)
-        self.steps = int(state["steps"])
+    def load(self, path: Path, *, own: bool) -> None:
+        # A toy member is its theta, h and step count, so own and donor files restore the same things.
+        try:
+            state = json.loads(Path(path).read_text())
+            theta, h, steps = np.array(state["theta"], dtype=float), np.array(state["h"], dtype=float), int(state["steps"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise UsageError(f"{path}: unreadable toy checkpoint ({type(err).__name__}: {err})") from None
+        if theta.shape != (2,) or h.shape != (2,):
+            raise UsageError(f"{path}: unreadable toy checkpoint (theta {theta.shape}, h {h.shape}, expected 2 values)")
+        self.theta, self.h, self.steps = theta, h, steps

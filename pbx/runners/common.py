@@ -2,24 +2,32 @@
 
 Decisions for round ``r`` use a generator derived from ``(seed, r)`` alone, so a
 resumed run, or the MPI runner's coordinator, makes exactly the decisions an
-uninterrupted synchronous run makes.
+uninterrupted synchronous run makes. The test set is drawn from a seed of
+``(seed, r)`` too, shared by every member of the round (common random numbers).
 """
 
 from __future__ import annotations
 
+import csv
+import json
 import math
+import os
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
 from pbx.config import RunConfig
 from pbx.console import Console, round_line
-from pbx.history import History, HistoryLog, Row
+from pbx.files import fsync_dir
+from pbx.history import History, HistoryLog, Row, best_rows
 from pbx.run_dir import RunDir
 from pbx.space import Categorical, Config
 from pbx.strategies import Decision, Strategy
 from pbx.tblog import ScalarWriter
+
+STRATEGY_COLUMNS = ["round", "member", "donor", "explored", "ops", "info"]
 
 
 def round_rng(seed: int, round_: int) -> np.random.Generator:
@@ -32,28 +40,35 @@ def member_seed(seed: int, member: int) -> int:
     return int(np.random.SeedSequence([seed, member, 7919]).generate_state(1)[0])
 
 
+def eval_seed(seed: int, round_: int) -> int:
+    """The test-level seed of ``round_``: the same for every member, so their test scores compare."""
+    return int(np.random.SeedSequence([seed, round_, 104729]).generate_state(1)[0])
+
+
 def initial_configs(strategy: Strategy, cfg: RunConfig) -> list[Config]:
     """Each member's starting config, drawn with the run's pre-round generator."""
     return strategy.initial_configs(cfg.space, cfg.run.pop_size, round_rng(cfg.run.seed, -1))
 
 
-def round_steps(cfg: RunConfig, round_: int) -> int:
-    """Steps each member trains in ``round_`` (the last round takes the remainder of the budget)."""
-    assert cfg.run.t_ready is not None and cfg.run.max_budget is not None
-    return min(cfg.run.t_ready, cfg.run.max_budget - round_ * cfg.run.t_ready)
+def finite_or_nan(value: float) -> float:
+    """A score as the history stores it: finite, or NaN for anything else (an overflowed return)."""
+    value = float(value)
+    return value if math.isfinite(value) else math.nan
 
 
 class RunRecorder:
-    """Writes a finished round everywhere it goes: history (fsynced), TensorBoard, the terminal."""
+    """Writes a finished round everywhere it goes: history (fsynced), TensorBoard, the terminal,
+    and the strategy's reasons (``strategy.csv``, one row per decision that changes a member)."""
 
     def __init__(self, cfg: RunConfig, run_dir: RunDir) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
-        self.log = HistoryLog(run_dir.history, cfg.space.names)
-        done = int(self.log.history.frame.groupby("member")["steps"].max().sum()) if len(self.log.history) else 0
-        assert cfg.run.max_budget is not None
-        self.console = Console(cfg.run.pop_size * cfg.run.max_budget, done, desc=f"{cfg.run.env} {cfg.run.search}")
+        self.log = HistoryLog(run_dir.history, cfg.space, cfg.run.pop_size)
+        frame = self.log.history.frame
+        done = int(frame.groupby("member")["steps"].max().sum()) if len(frame) else 0
+        self.console = Console(cfg.run.pop_size * cfg.total_steps(), done, desc=f"{cfg.run.env} {cfg.run.search}")
         self._writers: dict[str, ScalarWriter] = {}
+        self._keep_strategy_rows(before=self.log.history.last_round)
 
     @property
     def history(self) -> History:
@@ -70,14 +85,49 @@ class RunRecorder:
         self.console.best(best)
         return history
 
-    def decided(self, round_: int, decisions: Sequence[Decision]) -> None:
-        """Print the round's line, with the exploit/explore decisions taken after it."""
-        self.console.line(round_line(round_, self.cfg.run.rounds, self.history.round(round_), decisions))
+    def decided(self, round_: int, decisions: Sequence[Decision], notes: Mapping[int, str]) -> None:
+        """Record the decisions taken after ``round_`` and print the round's line (``notes``: why a score is NaN)."""
+        self.replayed(round_, decisions)
+        self.console.line(round_line(round_, self.cfg.run.rounds, self.history.round(round_), decisions, notes))
+
+    def replayed(self, round_: int, decisions: Sequence[Decision]) -> None:
+        """Record decisions recomputed on resume (their round line was printed by the run that was stopped)."""
+        changed = [d for d in decisions if d.copies or d.explored or d.info]
+        if not changed:
+            return
+        path = self.run_dir.strategy
+        new = not path.exists()
+        with open(path, "a", newline="") as f:
+            writer = csv.writer(f)
+            if new:
+                writer.writerow(STRATEGY_COLUMNS)
+            writer.writerows([round_, d.member, d.donor, d.explored, "; ".join(d.ops), json.dumps(dict(d.info))]
+                             for d in changed)
+            f.flush()
+            os.fsync(f.fileno())
+        steps = int(self.history.round(round_)["steps"].max())
+        for d in changed:
+            if d.info:
+                writer_ = self._writer(f"member_{d.member}")
+                writer_.scalars({f"strategy/{key}": value for key, value in d.info.items()}, steps)
+                writer_.flush()
 
     def close(self) -> None:
         self.console.close()
         for w in self._writers.values():
             w.close()
+
+    def _keep_strategy_rows(self, before: int) -> None:
+        """Drop rows of rounds ``>= before``: a resume recomputes those decisions and records them again."""
+        path = self.run_dir.strategy
+        if not path.exists():
+            return
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        kept = frame[pd.to_numeric(frame["round"], errors="coerce") < before]
+        tmp = path.with_name(path.name + ".tmp")
+        kept.to_csv(tmp, index=False)
+        tmp.replace(path)
+        fsync_dir(path.parent)
 
     def _writer(self, name: str) -> ScalarWriter:
         if name not in self._writers:
@@ -94,12 +144,14 @@ class RunRecorder:
             writer = self._writer(f"member_{row.member}")
             writer.scalars(values, row.steps)
             writer.flush()
-        scores = [r.score for r in rows if not math.isnan(r.score)]
-        tests = [r.test_score for r in rows if not math.isnan(r.test_score)]
+        frame = self.history.round(rows[0].round)
+        best = best_rows(frame).iloc[0]
+        scores = frame["score"].dropna()
         population = {
-            "pbx/best_score": max(scores, default=math.nan),
-            "pbx/mean_score": sum(scores) / len(scores) if scores else math.nan,
-            "pbx/best_test_score": max(tests, default=math.nan),
+            "pbx/best_score": float(best["score"]),
+            "pbx/mean_score": float(scores.mean()) if len(scores) else math.nan,
+            # The test score of the best member on *train* score: the test set never selects.
+            "pbx/best_member_test_score": float(best["test_score"]),
         }
         writer = self._writer("population")
         writer.scalars(population, max(r.steps for r in rows))

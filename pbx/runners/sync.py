@@ -1,95 +1,90 @@
 """The synchronous runner: every member in this process, one after another, then one decide step.
 
-Per round: each member trains ``t_ready`` steps, is scored (train and test) and
-checkpointed; the round's rows go into ``history.csv`` (fsynced: from here on a
-kill loses nothing); then the strategy decides and the runner applies the
-decisions (a recipient loads its donor's checkpoint and applies its new config).
-
-Resume replays exactly that: load every member from the last finished round's
-checkpoints and recompute that round's decisions (their generator depends on the
-seed and round only), so a killed-and-resumed run ends with the history of an
-uninterrupted one.
+The round loop itself is :class:`~pbx.runners.loop.RoundLoop`; this module is
+its :class:`LocalExecutor`: members are objects in this process, checkpoints
+are files in the run folder, and an exploit loads the donor's file.
 """
 
 from __future__ import annotations
 
-import time
+import math
+from typing import Callable, Sequence
 
 from pbx.config import RunConfig
-from pbx.history import History, Row
-from pbx.members import Member, MemberContext
+from pbx.errors import UsageError
+from pbx.history import History
+from pbx.members import Diverged, Member, MemberContext
 from pbx.run_dir import RunDir
-from pbx.runners.common import RunRecorder, initial_configs, member_seed, round_rng, round_steps
+from pbx.runners.common import finite_or_nan, member_seed
+from pbx.runners.loop import Executor, RoundLoop, Trained
+from pbx.space import Config
 from pbx.strategies import Decision
 
 
-class SyncRunner:
-    def __init__(self, cfg: RunConfig, run_dir: RunDir) -> None:
+class LocalExecutor(Executor):
+    """Members ``indices`` of the population as objects in this process, checkpointed into ``run_dir``."""
+
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, indices: Sequence[int] | None = None) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
-        self.strategy = cfg.build_strategy()
-        self.members: list[Member] = []
-        # (parent, explored) of each member for the next row: set by the last decisions.
-        self.lineage: list[tuple[int, bool]] = [(i, False) for i in range(cfg.run.pop_size)]
+        self.indices = list(range(cfg.run.pop_size)) if indices is None else list(indices)
+        self.members: dict[int, Member] = {}
 
-    def run(self) -> History:
-        """Train from the start or from the last finished round in the run folder; returns the history."""
-        recorder = RunRecorder(self.cfg, self.run_dir)
-        try:
-            self._build_members(recorder)
-            first = recorder.history.last_round + 1
-            if first > 0:
-                self._restore(recorder, first - 1)
-            # wall_s keeps counting across a resume: it is time spent on the run, not since this process began.
-            offset = float(recorder.history.frame["wall_s"].max()) if first > 0 else 0.0
-            start = time.perf_counter() - offset
-            for r in range(first, self.cfg.run.rounds):
-                history = recorder.round_done(self._train_round(r, start, recorder))
-                self.run_dir.prune_checkpoints(keep_round=r)
-                decisions = self._decide(history, r) if r + 1 < self.cfg.run.rounds else []
-                recorder.decided(r, decisions)
-                self._apply(decisions, r)
-            return recorder.history
-        finally:
-            recorder.close()
-            for m in self.members:
-                m.close()
-
-    def _build_members(self, recorder: RunRecorder) -> None:
-        for i, config in enumerate(initial_configs(self.strategy, self.cfg)):
+    def build(self, configs: Sequence[Config]) -> None:
+        for i in self.indices:
             context = MemberContext(env=self.cfg.run.env, index=i, seed=member_seed(self.cfg.run.seed, i),
-                                    device=self.cfg.run.device, log_dir=recorder.member_log_dir(i))
-            self.members.append(self.cfg.member_cls(context, self.cfg.member, config))
+                                    device=self.cfg.run.device, log_dir=self.run_dir.tb / f"member_{i}")
+            self.members[i] = self.cfg.member_cls(context, self.cfg.member, configs[i])
 
-    def _restore(self, recorder: RunRecorder, last: int) -> None:
-        self.run_dir.prune_checkpoints(keep_round=last)
-        for i, member in enumerate(self.members):
-            member.load(self.run_dir.checkpoint(i, last))
-        if last + 1 < self.cfg.run.rounds:
-            self._apply(self._decide(recorder.history, last), last)
+    def restore(self, round_: int, history: History) -> None:
+        steps = dict(zip(history.round(round_)["member"], history.round(round_)["steps"]))
+        for i, member in self.members.items():
+            path = self.run_dir.checkpoint(i, round_)
+            if not path.is_file():
+                raise UsageError(f"{path}: missing, but history.csv says round {round_} finished; "
+                                 f"the run cannot continue from this folder (start a new run)")
+            member.load(path, own=True)
+            if member.steps != steps[i]:
+                raise UsageError(f"{path}: holds {member.steps:,} steps but history.csv says member {i} had "
+                                 f"{steps[i]:,} after round {round_}: the folder is out of step (start a new run)")
 
-    def _train_round(self, r: int, start: float, recorder: RunRecorder) -> list[Row]:
-        rows = []
-        for i, member in enumerate(self.members):
-            before = member.steps
-            score = member.train(round_steps(self.cfg, r))
-            recorder.console.advance(member.steps - before)
-            test_score = member.evaluate()
-            member.save(self.run_dir.checkpoint(i, r))
-            parent, explored = self.lineage[i]
-            rows.append(Row(member=i, round=r, steps=member.steps, wall_s=time.perf_counter() - start,
-                            score=score, test_score=test_score, parent=parent, explored=explored,
-                            config=member.config))
-        return rows
+    def train_round(self, round_: int, steps: int, test_seed: int | None,
+                    advance: Callable[[int], None]) -> list[Trained]:
+        return [self._train_one(i, member, round_, steps, test_seed, advance) for i, member in self.members.items()]
 
-    def _decide(self, history: History, r: int) -> list[Decision]:
-        return self.strategy.decide(history, self.cfg.space, round_rng(self.cfg.run.seed, r))
+    def _train_one(self, i: int, member: Member, round_: int, steps: int, test_seed: int | None,
+                   advance: Callable[[int], None]) -> Trained:
+        before = member.steps
+        try:
+            score, note = finite_or_nan(member.train(steps)), ""
+            if math.isnan(score):
+                note = member.score_note()
+        except Diverged as err:
+            # The member put its last good learner state back; a NaN score gets it replaced by a donor.
+            score, note = float("nan"), f"diverged ({err})"
+        advance(member.steps - before)
+        test_score = finite_or_nan(member.evaluate(test_seed)) if test_seed is not None else float("nan")
+        member.save(self.run_dir.checkpoint(i, round_))
+        return Trained(member=i, steps=member.steps, score=score, test_score=test_score, config=member.config,
+                       note=note)
 
-    def _apply(self, decisions: list[Decision], r: int) -> None:
+    def apply(self, decisions: Sequence[Decision], round_: int) -> None:
         for d in decisions:
+            if d.member not in self.members:
+                continue
             member = self.members[d.member]
             if d.copies:
-                member.load(self.run_dir.checkpoint(d.donor, r))
+                member.load(self.run_dir.checkpoint(d.donor, round_), own=False)
             if d.copies or d.explored:
                 member.apply(d.config)
-            self.lineage[d.member] = (d.donor, d.explored)
+
+    def close(self) -> None:
+        for member in self.members.values():
+            member.close()
+
+
+class SyncRunner(RoundLoop):
+    """The round loop with every member in this process."""
+
+    def __init__(self, cfg: RunConfig, run_dir: RunDir) -> None:
+        super().__init__(cfg, run_dir, LocalExecutor(cfg, run_dir))

@@ -33,6 +33,10 @@ class Decision:
     Otherwise the member loads ``donor``'s checkpoint (when different from
     itself) and continues with ``config``. ``ops`` say what changed, readably
     (``"lr * 1.2"``, ``"aug resample"``), for the round line and lineage plots.
+    ``info`` holds the strategy's reasons as numbers (PB2: the GP's fitted
+    lengthscale, time decay and noise, the pick's UCB value); the runner writes
+    it to the run's ``strategy.csv`` and TensorBoard, so a user can see why a
+    config was chosen.
     """
 
     member: int
@@ -40,6 +44,7 @@ class Decision:
     config: Mapping[str, Value]
     ops: tuple[str, ...] = ()
     explored: bool = False
+    info: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def copies(self) -> bool:

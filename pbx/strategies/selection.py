@@ -1,7 +1,13 @@
 """Exploit step: which members copy whom.
 
-Members are ranked by :func:`pbx.history.rank_best_first`, whose docstring holds
-the NaN policy: NaN ranks last, ties keep member order.
+Members are ranked by :func:`pbx.history.rank_best_first` (NaN last, ties in
+member order). Copying needs information, so both rules follow one policy:
+
+- a NaN member (diverged, or no episode to score) is never a donor;
+- a member copies only a donor with a strictly better score, so tied or
+  all-NaN scores copy nothing (the member id must never decide a copy);
+- every NaN member is replaced while a finite donor exists, not only those that
+  fall in the bottom quantile: a diverged member must not train on.
 """
 
 from __future__ import annotations
@@ -23,7 +29,12 @@ class Selection(ABC):
 
     @abstractmethod
     def pairs(self, scores: np.ndarray, rng: np.random.Generator) -> dict[int, int]:
-        """Args: scores, one per member (index = member). Returns recipient -> donor."""
+        """Args: scores, one per position. Returns recipient -> donor positions (empty: no exploit)."""
+
+
+def better(scores: np.ndarray, donor: int, recipient: int) -> bool:
+    """Whether ``donor`` may be copied into ``recipient``: a finite score above the recipient's (or its NaN)."""
+    return bool(np.isfinite(scores[donor]) and (np.isnan(scores[recipient]) or scores[donor] > scores[recipient]))
 
 
 class Truncation(Selection):
@@ -43,8 +54,17 @@ class Truncation(Selection):
     def pairs(self, scores: np.ndarray, rng: np.random.Generator) -> dict[int, int]:
         order = rank_best_first(scores)
         k = min(math.ceil(self.quantile * len(scores)), len(scores) // 2)
-        top, bottom = order[:k], order[len(order) - k:]
-        return {int(m): int(top[rng.integers(k)]) for m in bottom}
+        top = [int(m) for m in order[:k] if np.isfinite(scores[m])]
+        if not top:
+            return {}
+        nan = [int(m) for m in order if np.isnan(scores[m])]
+        bottom = list(dict.fromkeys([int(m) for m in order[len(order) - k:]] + nan))
+        pairs = {}
+        for m in bottom:
+            donor = top[int(rng.integers(len(top)))]  # drawn for every recipient, so skips shift no later draw
+            if better(scores, donor, m):
+                pairs[m] = donor
+        return pairs
 
 
 class WinnerTakesAll(Selection):
@@ -53,9 +73,8 @@ class WinnerTakesAll(Selection):
     name = "wta"
 
     def pairs(self, scores: np.ndarray, rng: np.random.Generator) -> dict[int, int]:
-        order = rank_best_first(scores)
-        best = int(order[0])
-        return {int(m): best for m in order[1:]}
+        best = int(rank_best_first(scores)[0])
+        return {m: best for m in range(len(scores)) if better(scores, best, m)}
 
 
 SELECTIONS: dict[str, type[Selection]] = {cls.name: cls for cls in (Truncation, WinnerTakesAll)}
