@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from pbx.errors import UsageError
-from pbx.members.base import MemberContext
+from pbx.members.base import Diverged, MemberContext
 from pbx.members.ppo import LOCAL_RANKS_VARS, PPOMember, PPOSettings, _thread_budget
 from pbx.space import Categorical, Continuous, Space
 
@@ -133,10 +133,10 @@ def test_apply_reaches_every_place_sb3_reads_a_hyperparameter(tmp_path: Path) ->
 
 def test_exploit_copies_the_donor_and_then_trains_with_the_new_config(donor_file: Path) -> None:
     donor = make_member(seed=9)
-    donor.load(donor_file)  # a faithful copy of the saved donor, to compare against
+    donor.load(donor_file, own=True)  # a faithful copy of the saved donor, to compare against
     recipient = make_member(seed=2)
     recipient.train(ROLLOUT)
-    recipient.load(donor_file)
+    recipient.load(donor_file, own=False)
     # the load restores the donor's config, lr 1e-3 included (the optimizer load brought it back)
     assert recipient.config["learning_rate"] == 1e-3
     recipient.apply(NEW_CONFIG)
@@ -154,12 +154,12 @@ def test_exploit_copies_the_donor_and_then_trains_with_the_new_config(donor_file
 
 def test_exploit_keeps_the_recipients_own_envs_and_random_stream(donor_file: Path) -> None:
     """Copying the learner must not make the recipient replay the donor's next rollout."""
-    donor = make_member(seed=1)  # index 1 wrote donor_file: loading it is a resume, a full restore
-    donor.load(donor_file)
+    donor = make_member(seed=1)  # the member that wrote donor_file, resumed: a full restore
+    donor.load(donor_file, own=True)
     recipient = make_member(seed=2)
     recipient.train(ROLLOUT)
     own_returns = recipient._reward_norm.returns.copy()
-    recipient.load(donor_file)
+    recipient.load(donor_file, own=False)
     assert_same_tensors(weights(recipient), weights(donor))
     assert np.array_equal(recipient._reward_norm.returns, own_returns)  # its own episodes in progress
     assert not np.array_equal(recipient.model._last_obs, donor.model._last_obs)
@@ -176,40 +176,104 @@ def test_save_load_train_equals_training_on(env: str, config: dict[str, Any] | N
     original.train(ROLLOUT)
     original.save(tmp_path / "m.pt")
     outer_rng = torch.get_rng_state()
-    assert math.isfinite(original.evaluate())
+    assert math.isfinite(original.evaluate(0))
     score = original.train(3 * ROLLOUT)
+    assert math.isfinite(score) or env == "bigfish"  # no bigfish episode fits in 3 tiny rollouts: weights decide
     # members swap their RNG states in and out: the caller's global RNG is untouched
     assert torch.equal(torch.get_rng_state(), outer_rng)
 
     resumed = make_member(seed=3, env=env, config=config)  # the same member, rebuilt as on --resume
-    resumed.load(tmp_path / "m.pt")
+    resumed.load(tmp_path / "m.pt", own=True)
     assert same_score(resumed.train(3 * ROLLOUT), score)
     assert_same_tensors(weights(resumed), weights(original))
     assert resumed.steps == original.steps == 4 * ROLLOUT
 
 
-def test_score_counts_only_episodes_that_end_during_the_call(donor_file: Path) -> None:
-    recipient = make_member(seed=5)
-    recipient.train(4 * ROLLOUT)
-    assert recipient.model.ep_info_buffer  # SB3's window holds the recipient's old episodes
-    recipient.load(donor_file)
-    assert not recipient.model.ep_info_buffer
+def test_a_recipient_is_not_scored_on_play_from_before_the_copy(tmp_path: Path) -> None:
+    """Reward earned before an exploit (here 1e6 per env, as if by a very different policy) never reaches a score."""
+    config = Space.load(SPACES / "ppo_classic.yaml").initial()
+    donor = make_member(seed=11, env="CartPole-v1", config=config)
+    donor.train(2 * ROLLOUT)
+    donor.save(tmp_path / "donor.pt")
+    recipient = make_member(seed=12, env="CartPole-v1", config=config)
+    recipient.train(ROLLOUT)
+    in_progress = ~recipient.model._last_episode_starts
+    assert in_progress.any()
+    for env in recipient._venv.envs:  # each env's Monitor sums this list into the episode's return
+        env.rewards.append(1e6)
+    recipient.load(tmp_path / "donor.pt", own=False)
+    scores = [recipient.train(8 * ROLLOUT) for _ in range(2)]  # 128 steps per env: whole episodes too
+    assert any(math.isfinite(s) for s in scores)
+    assert all(s < 1e5 for s in scores if math.isfinite(s)), scores
 
-    ended: list[float] = []
-    step_wait = recipient._venv.step_wait
 
-    def spy() -> Any:
-        out = step_wait()
-        ended.extend(info["episode"]["r"] for info in out[3] if "episode" in info)
+def test_a_round_without_a_whole_episode_says_why_its_score_is_nan() -> None:
+    member = make_member(seed=5)  # bigfish episodes last hundreds of steps; a round here is 16 per env
+    member.train(ROLLOUT)
+    assert math.isnan(member.train(ROLLOUT))
+    assert member.score_note() == "no episode both started and ended in the round (0 in progress at its start left out)"
+
+
+def test_evaluation_uses_the_rounds_seed_and_can_be_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = make_member(seed=3), make_member(seed=4)
+    b.model.policy.load_state_dict(a.model.policy.state_dict())  # the same policy in two members
+    assert a.evaluate(7) == b.evaluate(7)  # same round seed: same levels, same actions, same score
+    off = make_member(seed=3, eval_episodes=0)
+    import pbx.members.ppo as ppo
+
+    monkeypatch.setattr(ppo, "make_env", lambda *a, **k: pytest.fail("evaluation is off: no env to build"))
+    assert math.isnan(off.evaluate(7))
+
+
+def test_a_diverging_update_raises_diverged_and_keeps_the_last_good_state(tmp_path: Path) -> None:
+    member = make_member(seed=8, env="CartPole-v1", config=Space.load(SPACES / "ppo_classic.yaml").initial())
+    member.train(ROLLOUT)
+    good = weights(member)
+    optimizer = member.model.policy.optimizer
+    step = optimizer.step
+
+    def poisoned_step(*args: Any, **kwargs: Any) -> Any:
+        out = step(*args, **kwargs)
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                param.data.fill_(float("nan"))  # as an exploding learning rate would leave them
         return out
 
-    recipient._venv.step_wait = spy  # type: ignore[method-assign]
-    scores = []
-    for _ in range(6):
-        ended.clear()
-        scores.append(recipient.train(ROLLOUT))
-        assert same_score(scores[-1], float(np.mean(ended)) if ended else math.nan)
-    assert any(math.isnan(s) for s in scores) and any(math.isfinite(s) for s in scores)  # both cases seen
+    optimizer.step = poisoned_step  # type: ignore[method-assign]
+    with pytest.raises(Diverged):
+        member.train(ROLLOUT)
+    optimizer.step = step  # type: ignore[method-assign]
+    assert_same_tensors(weights(member), good)
+    assert member.steps == member.model.num_timesteps == 2 * ROLLOUT  # the steps were spent
+    member.save(tmp_path / "m.pt")
+    member.load(tmp_path / "m.pt", own=True)
+    assert math.isfinite(member.train(4 * ROLLOUT))
+
+
+@pytest.mark.parametrize("damage, match", [
+    (lambda p: p.unlink(), "missing checkpoint"),
+    (lambda p: p.write_bytes(b""), "unreadable checkpoint \\(empty file\\)"),
+    (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "unreadable checkpoint"),
+    (lambda p: torch.save({"format": 99}, p), "not a pbx PPO checkpoint of format 1 \\(found 99\\)"),
+    (lambda p: torch.save([1, 2], p), "not a pbx PPO checkpoint"),
+])
+def test_a_damaged_checkpoint_is_a_one_line_usage_error(damage: Any, match: str, tmp_path: Path) -> None:
+    member = make_member(seed=2)
+    path = tmp_path / "m.pt"
+    member.save(path)
+    damage(path)
+    with pytest.raises(UsageError, match=match) as err:
+        member.load(path, own=True)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_deterministic_setting_trains() -> None:
+    member = make_member(seed=2, deterministic=True)
+    try:
+        member.train(ROLLOUT)
+        assert torch.are_deterministic_algorithms_enabled() and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    finally:
+        torch.use_deterministic_algorithms(False)
 
 
 def test_train_rounds_steps_to_whole_rollouts() -> None:
@@ -232,7 +296,7 @@ def test_train_and_test_envs_get_their_level_settings(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(ppo, "make_env", spy)
     member = make_member(seed=7, num_levels=50, start_level=1000, distribution_mode="hard")
-    member.evaluate()
+    member.evaluate(0)
     train, test = calls
     assert (train["num_levels"], train["start_level"], train["distribution_mode"]) == (50, 1000, "hard")
     assert (test["num_levels"], test["distribution_mode"]) == (0, "hard")
@@ -245,7 +309,7 @@ def test_cartpole_member_trains_and_scores() -> None:
     member = PPOMember(MemberContext(env="CartPole-v1", index=0, seed=0), settings, space.initial())
     scores = [member.train(256) for _ in range(3)]
     assert all(math.isfinite(s) and s > 0 for s in scores)
-    assert member.evaluate() > 0
+    assert member.evaluate(0) > 0
     assert member.model.policy.__class__.__name__ == "ActorCriticPolicy"  # an MLP
 
 
@@ -275,7 +339,7 @@ def test_bad_search_space_is_a_usage_error(space: Space, match: str) -> None:
     ({"n_envs": 8, "n_steps": 64, "batch_size": 100}, "batch_size 100 does not divide n_envs \\* n_steps = 512"),
     ({"gamma": 0.0}, "gamma must be in \\(0, 1\\], got 0.0"),
     ({"distribution_mode": "medium"}, "distribution_mode must be one of easy, hard"),
-    ({"eval_episodes": 0}, "eval_episodes must be a positive integer, got 0"),
+    ({"eval_episodes": -1}, "eval_episodes must be an integer >= 0 \\(0: no evaluation\\), got -1"),
 ])
 def test_bad_settings_are_usage_errors(settings: dict[str, Any], match: str) -> None:
     with pytest.raises(UsageError, match=match):

@@ -16,9 +16,12 @@ process do not perturb each other and a checkpoint continues bit for bit.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
+import pickle
 import random
+import zipfile
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -38,7 +41,8 @@ from stable_baselines3.common.utils import FloatSchedule
 from stable_baselines3.common.vec_env import VecNormalize
 
 from pbx.errors import UsageError
-from pbx.members.base import Member, MemberContext, MemberSettings
+from pbx.files import durable_write
+from pbx.members.base import Diverged, Member, MemberContext, MemberSettings
 from pbx.members.impala import ImpalaPolicy
 from pbx.space import Config, Continuous, Space
 
@@ -92,9 +96,19 @@ class PPOSettings(MemberSettings):
     distribution_mode: str = "easy"
     """ProcGen difficulty, for the train and the test env."""
     eval_episodes: int = 100
-    """Finished test episodes averaged by :meth:`PPOMember.evaluate`."""
+    """Finished test episodes averaged by :meth:`PPOMember.evaluate`; 0 turns evaluation off."""
     eval_n_envs: Optional[int] = None
     """Envs in the test env; None = one per episode (all episodes at once, no bias to short ones)."""
+    eval_max_steps: int = 100_000
+    """Cap on a test run's vector steps, for envs without a time limit; episodes unfinished then are left out."""
+    deterministic: bool = False
+    """Make GPU training reproducible (cuDNN and cuBLAS deterministic kernels), at their cost in speed.
+
+    Without it, runs and resumes reproduce bit for bit only on the CPU with the same
+    thread count (all cores, shared among local MPI ranks): GPU kernels may sum in
+    any order. With it, torch refuses nondeterministic kernels and cuBLAS gets a
+    fixed workspace (``CUBLAS_WORKSPACE_CONFIG=:4096:8``, set before CUDA starts).
+    """
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -134,7 +148,9 @@ _DOMAINS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "num_levels": (_non_negative_int, "an integer >= 0"),
     "start_level": (_non_negative_int, "an integer >= 0"),
     "distribution_mode": (lambda v: v in DISTRIBUTION_MODES, f"one of {', '.join(DISTRIBUTION_MODES)}"),
-    "eval_episodes": (_positive_int, "a positive integer"),
+    "eval_episodes": (_non_negative_int, "an integer >= 0 (0: no evaluation)"),
+    "eval_max_steps": (_positive_int, "a positive integer"),
+    "deterministic": (lambda v: isinstance(v, bool), "true or false"),
     "eval_n_envs": (lambda v: v is None or _positive_int(v), "a positive integer or None"),
 }
 
@@ -168,23 +184,32 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["random"])
 
 
-class _FinishedEpisodes(BaseCallback):
-    """Collects the returns of episodes that end during one ``learn`` call.
+class _RoundEpisodes(BaseCallback):
+    """Collects the returns of episodes that both start and end during one ``learn`` call.
 
-    SB3's ``ep_info_buffer`` is no use for the score: it keeps only the last 100
-    episodes and it outlives weight copies, mixing in episodes from before an exploit.
+    An env in the middle of an episode when the call starts (always so after an
+    exploit, since the recipient keeps its envs) finishes that episode with reward
+    partly earned before the call, possibly by a policy the member just threw away:
+    such an episode is counted in ``left_out``, not scored. SB3's ``ep_info_buffer``
+    is no use either: it keeps the last 100 episodes and outlives weight copies.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, fresh: np.ndarray) -> None:
         super().__init__()
+        self.fresh = fresh.astype(bool).copy()
+        """Per env: whether its current episode started inside this call."""
         self.returns: list[float] = []
+        self.left_out = 0
 
     def _on_step(self) -> bool:
         infos = self.locals["infos"]
         for i in np.flatnonzero(self.locals["dones"]):
-            episode = infos[i].get("episode")
-            if episode is not None:
-                self.returns.append(float(episode["r"]))
+            if "episode" in infos[i]:
+                if self.fresh[i]:
+                    self.returns.append(float(infos[i]["episode"]["r"]))
+                else:
+                    self.left_out += 1
+            self.fresh[i] = True  # the next episode starts now
         return True
 
 
@@ -239,6 +264,8 @@ class PPOMember(Member):
 
     def __init__(self, context: MemberContext, settings: PPOSettings, config: Config) -> None:
         super().__init__(context, settings, config)
+        if settings.deterministic:
+            _deterministic_torch()
         threads = _thread_budget()
         torch.set_num_threads(threads)
         # Handing steps to worker threads costs more than it saves on a core or two
@@ -269,6 +296,7 @@ class PPOMember(Member):
         self.model.set_logger(configure(str(context.log_dir), ["tensorboard"]) if context.log_dir is not None
                               else Logger(folder=None, output_formats=[]))
         self._config: Config = {}
+        self._note = ""
         self.apply(config)
 
     def _make_env(self, n_envs: int, seed: int, num_levels: int, start_level: int) -> StatefulVecEnv:
@@ -314,34 +342,83 @@ class PPOMember(Member):
         model.rollout_buffer.gae_lambda = hp["gae_lambda"]
         self._reward_norm.gamma = hp["gamma"]
 
+    @classmethod
+    def round_steps(cls, settings: MemberSettings, steps: int) -> int:
+        """Whole rollouts, the nearest number to ``steps`` and at least one: SB3 collects rollouts whole."""
+        assert isinstance(settings, PPOSettings)
+        rollout = settings.n_envs * settings.n_steps
+        return max(1, round(steps / rollout)) * rollout
+
     def train(self, steps: int) -> float:
-        """Train for about ``steps`` env steps (whole rollouts, at least one).
+        """Train for :meth:`round_steps` env steps (whole rollouts, at least one).
 
         Returns:
-            The mean return of the training episodes that ended during this call, NaN if none did.
+            The mean return of the training episodes that started and ended during this
+            call, NaN if none did (:meth:`score_note` then says how many were left out).
+
+        Raises:
+            Diverged: the loss, logits or weights went non-finite; the learner is back in
+                the state it had when the call started, and the steps count as trained.
         """
         if steps <= 0:
             raise UsageError(f"steps to train must be positive, got {steps}")
-        rollout = self.settings.n_envs * self.settings.n_steps
-        total = max(1, round(steps / rollout)) * rollout
-        finished = _FinishedEpisodes()
+        total = self.round_steps(self.settings, steps)
+        episodes = _RoundEpisodes(self.model._last_episode_starts)
+        good = self._learner_state()
         with self._own_rng():
-            self.model.learn(total, callback=finished, reset_num_timesteps=False, progress_bar=False)
-        self.steps += total
+            try:
+                self.model.learn(total, callback=episodes, reset_num_timesteps=False, progress_bar=False)
+                failure = None if self._finite() else "weights are not finite after the update"
+            except (ValueError, RuntimeError) as err:
+                # torch's Categorical(logits=nan) raises ValueError; other kernels a RuntimeError naming nan or inf
+                if self._finite() and "nan" not in str(err).lower() and "inf" not in str(err).lower():
+                    raise
+                failure = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
+        self.steps = self.model.num_timesteps = self.steps + total
+        if failure is not None:
+            self._set_learner_state(good)
+            raise Diverged(failure)
         # The last update's losses stay in the logger until the next dump; write them now, at this step.
         self.model.logger.dump(self.model.num_timesteps)
-        return float(np.mean(finished.returns)) if finished.returns else math.nan
+        self._note = "" if episodes.returns else (
+            f"no episode both started and ended in the round ({episodes.left_out} in progress at its start left out)")
+        return float(np.mean(episodes.returns)) if episodes.returns else math.nan
 
-    def evaluate(self) -> float:
+    def score_note(self) -> str:
+        return self._note
+
+    def _finite(self) -> bool:
+        return all(bool(torch.isfinite(p).all()) for p in self.model.policy.parameters())
+
+    def _learner_state(self) -> dict[str, Any]:
+        """The learner's state as a deep copy (weights, optimizer, reward statistics, update count)."""
+        norm = self._reward_norm.ret_rms
+        return {"policy": {k: v.detach().clone() for k, v in self.model.policy.state_dict().items()},
+                "optimizer": copy.deepcopy(self.model.policy.optimizer.state_dict()),
+                "reward_norm": (np.copy(norm.mean), np.copy(norm.var), norm.count),
+                "n_updates": self.model._n_updates}
+
+    def _set_learner_state(self, state: dict[str, Any]) -> None:
+        model = self.model
+        model.policy.load_state_dict(state["policy"])
+        model.policy.optimizer.load_state_dict(state["optimizer"])
+        norm = self._reward_norm.ret_rms
+        norm.mean, norm.var, norm.count = state["reward_norm"]
+        model._n_updates = state["n_updates"]
+        self.apply(self._config)  # the optimizer load restored an lr into the param groups
+
+    def evaluate(self, seed: int) -> float:
         """Mean return of ``eval_episodes`` finished episodes on unrestricted (unseen) levels.
 
-        The test env is built fresh, seeded from the member's seed and step count, and the
-        policy samples actions from a generator of its own: evaluating never changes what
-        training does next.
+        ``seed`` (the round's, shared by every member) seeds the test levels and the
+        policy's action sampling, so members of a round meet the same levels. The
+        test env is built fresh and the sampling uses forked RNGs: evaluating never
+        changes what training does next. ``eval_episodes: 0`` returns NaN at no cost.
         """
         s = self.settings
+        if s.eval_episodes == 0:
+            return math.nan
         n_envs = s.eval_n_envs or s.eval_episodes
-        seed = int(np.random.SeedSequence([self.context.seed, self.steps]).generate_state(1)[0])
         env = self._make_env(n_envs, seed, num_levels=0, start_level=0)
         # Fix each env's episode count up front (as SB3's evaluate_policy does); taking the
         # first episodes to finish would favour short ones.
@@ -351,14 +428,16 @@ class PPOMember(Member):
         obs = env.reset()
         with torch.random.fork_rng(devices=[torch.cuda.current_device()] if self._cuda else []):
             torch.manual_seed(seed)
-            while (counts < targets).any():
+            for _ in range(s.eval_max_steps):
+                if not (counts < targets).any():
+                    break
                 actions, _ = self.model.policy.predict(obs, deterministic=False)
                 obs, _, dones, infos = env.step(actions)
                 for i in np.flatnonzero(dones & (counts < targets)):
                     returns.append(float(infos[i]["episode"]["r"]))
                     counts[i] += 1
         env.close()
-        return float(np.mean(returns))
+        return float(np.mean(returns)) if returns else math.nan
 
     def save(self, path: Path) -> None:
         model = self.model
@@ -379,16 +458,10 @@ class PPOMember(Member):
             "env_state": self._venv.get_state(),
             "rng": self._rng,
         }
-        tmp = Path(f"{path}.tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        durable_write(path, lambda tmp: torch.save(state, tmp))
 
-    def load(self, path: Path) -> None:
-        # Checkpoints hold NumPy arrays and RNG tuples, so they are full pickles: load only
-        # files pbx wrote (the run folder's own checkpoints).
-        state = torch.load(path, map_location="cpu", weights_only=False)
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise UsageError(f"{path}: not a pbx PPO checkpoint (format {state.get('format')!r})")
+    def load(self, path: Path, *, own: bool) -> None:
+        state = _read_checkpoint(Path(path))
         if (state["env"], state["n_envs"]) != (self.context.env, self.settings.n_envs):
             raise UsageError(f"{path} holds a member trained on {state['env']} with {state['n_envs']} envs; "
                              f"this member runs {self.context.env} with {self.settings.n_envs}")
@@ -401,7 +474,7 @@ class PPOMember(Member):
         self._reward_norm.ret_rms.count = norm["count"]
         self.steps = model.num_timesteps = state["steps"]
         model._n_updates = state["n_updates"]
-        if state["member"] == self.context.index:
+        if own:
             self._restore_world(state)
         if model.ep_info_buffer is not None:
             model.ep_info_buffer.clear()
@@ -429,6 +502,40 @@ class PPOMember(Member):
     def close(self) -> None:
         self.model.env.close()
         self.model.logger.close()
+
+
+CHECKPOINT_KEYS = ("format", "env", "n_envs", "steps", "n_updates", "config", "policy", "optimizer", "reward_norm",
+                   "last_obs", "last_episode_starts", "env_state", "rng")
+
+
+def _read_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint's state; anything unreadable is one :class:`UsageError` naming the file and the way out."""
+    fix = "the run folder is damaged: restore the file, or start a new run"
+    if not path.is_file():
+        raise UsageError(f"{path}: missing checkpoint; {fix}")
+    try:
+        # Checkpoints hold NumPy arrays and RNG tuples, so they are full pickles: load only
+        # files pbx wrote (the run folder's own checkpoints).
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except (EOFError, RuntimeError, OSError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile,
+            AttributeError, ImportError, IndexError, KeyError, TypeError) as err:
+        reason = "empty file" if path.stat().st_size == 0 else f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
+        raise UsageError(f"{path}: unreadable checkpoint ({reason}); {fix}") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise UsageError(f"{path}: not a pbx PPO checkpoint of format {CHECKPOINT_FORMAT} (found {found!r}); {fix}")
+    missing = [key for key in CHECKPOINT_KEYS if key not in state]
+    if missing:
+        raise UsageError(f"{path}: checkpoint lacks {missing}; {fix}")
+    return state
+
+
+def _deterministic_torch() -> None:
+    """Deterministic kernels everywhere (cuDNN, cuBLAS); CUBLAS_WORKSPACE_CONFIG must precede CUDA's start."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
 
 
 def _check_names(names: list[str]) -> None:
