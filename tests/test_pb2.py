@@ -16,7 +16,7 @@ from pbx.space import Categorical, Config, Continuous, Space
 from pbx.strategies import pb2
 from pbx.strategies.kernels import TimeVaryingSE
 from pbx.strategies.pb2 import PB2, Acquisition, PB2Settings, Posterior, intervals
-from pbx.strategies.base import RoundContext
+from pbx.strategies.base import Pending, RoundContext
 from pbx.strategies.selection import WinnerTakesAll
 
 STEPS = 100
@@ -69,9 +69,12 @@ def best_donor(history: History) -> tuple[int, Config]:
     return donor, history.config_of(latest.iloc[donor])
 
 
-def pick(strategy: PB2, history: History, space: Space, seed: int, pending: list[Config], context) -> Config:
+def pick(strategy: PB2, history: History, space: Space, seed: int, pending: list[Config], context,
+         running: list[Pending] = ()) -> Config:
+    """The pick for the best member's copy, with ``pending`` picked earlier this round (from the same donor)."""
     donor, config = best_donor(history)
-    round_ = RoundContext(history, space, context, list(pending))
+    round_ = RoundContext(history, space, context, running=list(running),
+                          picks=[Pending(donor, c) for c in pending])
     return strategy.explore(donor, config, round_, np.random.default_rng(seed))[0]
 
 
@@ -84,7 +87,7 @@ def in_bounds(space: Space, config: Config) -> bool:
 
 
 @pytest.mark.parametrize("changes", [{"window": 2}, {"fit_rows": 0}, {"restarts": 0}, {"window": 10.5},
-                                     {"resample_prob": 2.0}])
+                                     {"resample_prob": 2.0}, {"pending": "all"}])
 def test_settings_name_the_bad_value(changes: dict) -> None:
     (key, value), = changes.items()
     with pytest.raises(UsageError, match=f"{key} must .*{value}"):
@@ -125,6 +128,48 @@ def test_a_pending_pick_pushes_the_next_one_away(space: Space, seed: int) -> Non
     assert distance(space, pick(strategy, history, space, seed, [first], context), first) > 0.05
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_running_members_config_pushes_the_pick_away(space: Space, seed: int) -> None:
+    """With one recipient per round, the running members are the only pending points: they must act."""
+    history = peaked_history(space, rounds=4, seed=seed)
+    strategy = PB2()
+    context = strategy.prepare(history, space)
+    alone = pick(strategy, history, space, seed, [], context)  # nothing pending
+    donor, _ = best_donor(history)
+    # the member nearest the donor in (t, R) already runs the config the pick would take
+    other = min((m for m in context.queries if m != donor),
+                key=lambda m: np.linalg.norm(np.subtract(context.queries[m], context.queries[donor])))
+    running = [Pending(other, alone)]
+    spread = PB2(PB2Settings(pending="running"))
+    assert distance(space, pick(spread, history, space, seed, [], context, running), alone) > 0.05
+    # without the running members in the pending set the pick stays put (up to the optimiser's extra starts)
+    assert distance(space, pick(PB2(PB2Settings(pending="picks")), history, space, seed, [], context, running),
+                    alone) < 1e-3
+
+
+def history_4d(seed: int, rows: int = 1000, pop: int = 4) -> tuple[Space, History]:
+    """4 continuous hyperparameters, ``rows`` intervals: random configs, improvement peaked at a random point."""
+    space = Space({f"x{i}": Continuous(0.0, 1.0) for i in range(4)})
+    rng = np.random.default_rng(seed)
+    peak = rng.uniform(size=4)
+    scores, records = np.zeros(pop), []
+    for r in range(rows // pop):
+        for m in range(pop):
+            config = space.sample(rng)
+            if r:
+                scores[m] += np.exp(-np.sum((space.to_unit(config) - peak) ** 2) / 0.1) + rng.normal(0, 0.05)
+            records.append(Row(m, r, (r + 1) * STEPS, float(r), float(scores[m]), NAN, m, r > 0, config))
+    return space, History(space.names).with_rows(records)
+
+
+def test_the_picks_acquisition_is_never_below_the_donors_config() -> None:
+    for seed in range(6):
+        space, history = history_4d(seed)
+        for d in PB2().decide(history, space, np.random.default_rng(seed)):
+            if d.explored:
+                assert d.info["gp"] == 1 and d.info["ucb"] >= d.info["ucb_donor"], (seed, d.info)
+
+
 def test_one_rounds_picks_spread_out(space: Space) -> None:
     history = peaked_history(space, rounds=4)
     decisions = PB2(selection=WinnerTakesAll()).decide(history, space, np.random.default_rng(0))
@@ -136,14 +181,15 @@ def test_pending_variance_equals_a_second_gp_holding_the_pending_points() -> Non
     rng = np.random.default_rng(0)
     X, y = rng.uniform(size=(30, 4)), rng.normal(size=30)
     kernel = TimeVaryingSE(4, variance=1.2, lengthscale=0.3, epsilon=0.2)
-    query, pending, unit = (0.9, 0.6), rng.uniform(size=(3, 2)), rng.uniform(size=(5, 2))
+    # each pending point at its own (t, R): the first two of its columns
+    query, pending, unit = (0.9, 0.6), rng.uniform(size=(3, 4)), rng.uniform(size=(5, 2))
     acquisition = Acquisition(Posterior(kernel, 0.05, X, y), query, pending, kappa=1.5)
 
     def inputs(u: np.ndarray) -> np.ndarray:
         return np.hstack([np.tile(query, (len(u), 1)), u])
 
     data_gp = GPy.models.GPRegression(X, y[:, None], kernel.copy(), noise_var=0.05)
-    pending_gp = GPy.models.GPRegression(np.vstack([X, inputs(pending)]), np.zeros((33, 1)), kernel.copy(),
+    pending_gp = GPy.models.GPRegression(np.vstack([X, pending]), np.zeros((33, 1)), kernel.copy(),
                                          noise_var=0.05)
     mean, _ = data_gp.predict_noiseless(inputs(unit))
     _, var = pending_gp.predict_noiseless(inputs(unit))
@@ -155,7 +201,7 @@ def test_acquisition_gradient_matches_finite_differences() -> None:
     rng = np.random.default_rng(1)
     X, y = rng.uniform(size=(40, 4)), rng.normal(size=40)
     kernel = TimeVaryingSE(4, variance=0.8, lengthscale=0.4, epsilon=0.1)
-    acquisition = Acquisition(Posterior(kernel, 0.1, X, y), (0.5, 0.5), rng.uniform(size=(2, 2)), kappa=1.0)
+    acquisition = Acquisition(Posterior(kernel, 0.1, X, y), (0.5, 0.5), rng.uniform(size=(2, 4)), kappa=1.0)
     unit = rng.uniform(size=(4, 2))
     _, grad = acquisition(unit, gradient=True)
     numeric = np.zeros_like(unit)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import pytest
+
+from pbx.history import read_csv
 
 from conftest import run_toy
 
@@ -12,16 +17,30 @@ BEST_REACHABLE = 1.1995  # h = (1, 1) throughout 200 steps
 
 
 @pytest.fixture(scope="module")
-def best_q(tmp_path_factory) -> dict[str, float]:
-    """Mean over seeds of the best member's final Q; population 4, 200 steps, t_ready 4."""
-    out = {}
+def runs(tmp_path_factory) -> dict[str, list[Path]]:
+    """Toy run folders per strategy and seed; population 4, 200 steps, t_ready 4."""
+    out: dict[str, list[Path]] = {}
     for search in ("none", "random", "PBT", "PB2"):
-        finals = []
         for seed in SEEDS:
-            folder = tmp_path_factory.mktemp(f"{search}-{seed}")
-            finals.append(run_toy(folder, search=search, seed=seed).latest()["score"].max())
-        out[search] = float(np.mean(finals))
+            folder = tmp_path_factory.mktemp(f"{search}-{seed}") / "run"
+            run_toy(folder, search=search, seed=seed)
+            out.setdefault(search, []).append(folder)
     return out
+
+
+@pytest.fixture(scope="module")
+def best_q(runs: dict[str, list[Path]]) -> dict[str, float]:
+    """Mean over seeds of the best member's final Q."""
+    return {search: float(np.mean([read_csv(f / "history.csv").groupby("round")["score"].max().iloc[-1]
+                                   for f in folders])) for search, folders in runs.items()}
+
+
+def test_pb2_explores_with_its_gp_not_its_pbt_fallback(runs: dict[str, list[Path]]) -> None:
+    """PBT alone reaches the optimum too: without this a PB2 whose GP always failed would pass."""
+    for folder in runs["PB2"]:
+        decisions = pd.read_csv(folder / "strategy.csv")
+        later = decisions[decisions["round"] >= 1]
+        assert len(later) and later["ops"].str.contains("(PB2)", regex=False).mean() >= 0.8, later["ops"].tolist()
 
 
 @pytest.mark.parametrize("search", ["PBT", "PB2"])

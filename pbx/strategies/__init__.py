@@ -5,7 +5,7 @@ file in this package with a :class:`Strategy` subclass, added here.
 """
 
 from pbx.errors import UsageError
-from pbx.strategies.base import Decision, ExploitExplore, RoundContext, Strategy, StrategySettings
+from pbx.strategies.base import Decision, ExploitExplore, Explored, Pending, RoundContext, Strategy, StrategySettings
 from pbx.strategies.fixed import Fixed
 from pbx.strategies.pb2 import PB2, PB2Settings
 from pbx.strategies.pbt import PBT, PBTSettings
@@ -13,7 +13,7 @@ from pbx.strategies.random_search import RandomSearch
 from pbx.strategies.selection import SELECTIONS, Selection, Truncation, WinnerTakesAll, make_selection
 
 __all__ = [
-    "Decision", "ExploitExplore", "Fixed", "PB2", "PB2Settings", "PBT", "PBTSettings", "RandomSearch", "RoundContext",
+    "Decision", "ExploitExplore", "Explored", "Pending", "Fixed", "PB2", "PB2Settings", "PBT", "PBTSettings", "RandomSearch", "RoundContext",
     "SELECTIONS", "STRATEGIES", "Selection", "Strategy", "StrategySettings", "Truncation", "WinnerTakesAll",
     "make_selection", "strategy_class",
 ]

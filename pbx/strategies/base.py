@@ -86,6 +86,18 @@ def keep_all(history: History) -> list[Decision]:
     return [Decision(int(row["member"]), int(row["member"]), history.config_of(row)) for _, row in latest.iterrows()]
 
 
+@dataclass(frozen=True)
+class Pending:
+    """A config that will run next round, from the end-of-round state of member ``start`` (its time and score)."""
+
+    start: int
+    config: Config
+
+
+Explored = tuple[Config, list[str], dict[str, float]]
+"""What :meth:`ExploitExplore.explore` returns: the new config, readable operations, and its reasons (numbers)."""
+
+
 @dataclass
 class RoundContext:
     """What every :meth:`ExploitExplore.explore` call of one round shares."""
@@ -96,8 +108,10 @@ class RoundContext:
     """The search space (bounds, scales)."""
     fitted: Any
     """What :meth:`ExploitExplore.prepare` returned (PB2: the round's GP); None when it fitted nothing."""
-    pending: list[Config] = field(default_factory=list)
-    """Configs already chosen for other members this round, in order (PB2 spreads its picks by them)."""
+    running: list[Pending] = field(default_factory=list)
+    """The members that keep their state and config next round, each from its own time and score."""
+    picks: list[Pending] = field(default_factory=list)
+    """Configs already chosen for recipients this round, in order, each from its donor's time and score."""
 
 
 class ExploitExplore(Strategy):
@@ -105,19 +119,22 @@ class ExploitExplore(Strategy):
 
     def decide(self, history: History, space: Space, rng: np.random.Generator) -> list[Decision]:
         latest = history.latest()
-        configs = [history.config_of(row) for _, row in latest.iterrows()]
         members = [int(m) for m in latest["member"]]
-        pairs = self.selection.pairs(latest["score"].to_numpy(dtype=float), rng)
-        round_ = RoundContext(history, space, self.prepare(history, space) if pairs else None)
+        configs = {m: history.config_of(row) for m, (_, row) in zip(members, latest.iterrows())}
+        # The selection works on positions in the latest round; map them to member ids once, here.
+        positions = self.selection.pairs(latest["score"].to_numpy(dtype=float), rng)
+        pairs = {members[r]: members[d] for r, d in positions.items()}
+        round_ = RoundContext(history, space, self.prepare(history, space) if pairs else None,
+                              running=[Pending(m, configs[m]) for m in members if m not in pairs])
         decisions = []
-        for m, config in zip(members, configs):
+        for m in members:
             if m not in pairs:
-                decisions.append(Decision(m, m, config))
+                decisions.append(Decision(m, m, configs[m]))
                 continue
             donor = pairs[m]
-            new, ops = self.explore(donor, configs[members.index(donor)], round_, rng)
-            round_.pending.append(new)
-            decisions.append(Decision(m, donor, new, tuple(ops), explored=True))
+            new, ops, info = self.explore(donor, configs[donor], round_, rng)
+            round_.picks.append(Pending(donor, new))
+            decisions.append(Decision(m, donor, new, tuple(ops), explored=True, info=info))
         return decisions
 
     def prepare(self, history: History, space: Space) -> Any:
@@ -125,17 +142,17 @@ class ExploitExplore(Strategy):
         return None
 
     @abstractmethod
-    def explore(
-        self, donor: int, donor_config: Config, round_: RoundContext, rng: np.random.Generator
-    ) -> tuple[Config, list[str]]:
+    def explore(self, donor: int, donor_config: Config, round_: RoundContext, rng: np.random.Generator) -> Explored:
         """A new config for a member that copied ``donor``.
 
         Args:
             donor: the member copied from.
             donor_config: the donor's config in the latest round.
-            round_: the history, the space, this round's earlier picks and what :meth:`prepare` fitted.
+            round_: the history, the space, the running members, this round's earlier picks and
+                what :meth:`prepare` fitted.
             rng: the round's generator; the only source of randomness.
 
         Returns:
-            The new config (inside the space's bounds) and readable operations.
+            The new config (inside the space's bounds), readable operations, and the reasons
+            for the pick as numbers (``{}`` when there are none), which end up in ``strategy.csv``.
         """

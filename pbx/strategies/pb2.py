@@ -10,8 +10,12 @@ rate ``(R_after - R_before) / steps``. A GP with the time-varying kernel
 (:class:`~pbx.strategies.kernels.TimeVaryingSE`) is fit once per round
 (:meth:`PB2.prepare`); each member that copied a donor then gets the config
 maximising UCB at the donor's time and score (:meth:`PB2.explore`). The mean
-comes from the data, the standard deviation from the data plus the configs
-already picked this round, so one round's picks spread out.
+comes from the data, the standard deviation from the data plus the pending
+points: the configs already picked this round, each at its donor's time and
+score, and (``pending: running``, the default) the configs of the members that
+keep running, each at its own time and score, as the PB2 authors' ProcGen code
+does. With one recipient per round (population 4, quantile 0.25: the paper's
+setting) the picks alone leave the pending set empty and the spread never acts.
 
 Categorical hyperparameters are explored as in PBT (the paper's PB2-Rand).
 With too little data (round 0), or when the GP fails numerically, PB2 explores
@@ -45,7 +49,7 @@ from threadpoolctl import threadpool_limits
 from pbx.errors import UsageError
 from pbx.history import History
 from pbx.space import Config, Continuous, Space
-from pbx.strategies.base import Decision, ExploitExplore, RoundContext
+from pbx.strategies.base import Decision, ExploitExplore, Explored, RoundContext
 from pbx.strategies.kernels import TimeVaryingSE, se_gradient, sq_dist
 from pbx.strategies.pbt import PBTSettings, perturb
 
@@ -74,6 +78,7 @@ KAPPA_MIN = 0.1
 VAR_FLOOR = 1e-12
 """Posterior variances below this count as zero (std floored, its gradient dropped)."""
 GPY_LOGGERS = ("GP", "paramz")
+PENDING = ("running", "picks")
 """Loggers GPy and paramz write INFO lines to on every model built ("initializing Y", ...)."""
 
 
@@ -95,10 +100,17 @@ class PB2Settings(PBTSettings):
     6 seeds) against 0.031 with the full fit. Raise it when rounds are long.
     """
     restarts: int = 10
-    """L-BFGS-B starts on the acquisition: the best points of a vectorised screen of random ones."""
+    """L-BFGS-B starts on the acquisition: the best points of a vectorised screen of random ones
+    (the donor's config and the running members' configs are polished as well)."""
+    pending: str = "running"
+    """What the acquisition's variance is conditioned on besides the data: ``running`` (this round's
+    earlier picks and the configs of the members that keep running) or ``picks`` (the earlier picks
+    only, as Ray Tune does). Measured in ``benchmarks/bench_pending.py``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.pending not in PENDING:
+            raise UsageError(f"pending must be one of {', '.join(PENDING)}, got {self.pending!r}")
         for name in ("window", "fit_rows"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < MIN_ROWS:
@@ -250,8 +262,8 @@ class Posterior:
 class Acquisition:
     """UCB at a fixed ``(t, R_before)``: mean of the data GP plus ``kappa`` times the std of the pending GP.
 
-    The pending GP is the data GP with the configs already picked this round added
-    as observations at the same ``(t, R_before)`` (same hyperparameters). Its variance
+    The pending GP is the data GP with the pending points added as observations,
+    each at its own ``(t, R_before)`` (the first two of its columns). Its variance
     is computed exactly by conditioning the data GP's posterior on those points,
     ``var - c (C + noise I)^-1 c'``, so the window is never refactorised.
     Points are rows of the unit cube over the continuous hyperparameters; with
@@ -261,13 +273,14 @@ class Acquisition:
     """
 
     def __init__(self, posterior: Posterior, query: tuple[float, float], pending: np.ndarray, kappa: float) -> None:
+        """``pending``: (k, 2 + d) rows of (scaled t, scaled R_before, unit hyperparameters)."""
         kernel, X = posterior.kernel, posterior.X
         fixed = np.asarray(query, dtype=float)
-        self.post, self.kappa, self.pending = posterior, kappa, pending
+        P = np.asarray(pending, dtype=float).reshape(len(pending), X.shape[1])  # (k, D)
+        self.post, self.kappa, self.pending = posterior, kappa, P[:, 2:]
         self.lengthscale, self.prior_var = float(kernel.lengthscale), float(kernel.variance)  # k(z, z) = variance
         self.H, self.factor = X[:, 2:], kernel.fixed_factor(fixed, X)  # (n, d), (n,)
-        P = np.hstack([np.broadcast_to(fixed, (len(pending), 2)), pending])  # (k, D)
-        self.factor_p = kernel.fixed_factor(fixed, P)
+        self.factor_p = kernel.fixed_factor(fixed, P)  # each pending point's own (t, R) against the query's
         self.v_xp = posterior.whiten(kernel.K(P, X)).T  # (n, k)
         cov = kernel.K(P) - self.v_xp.T @ self.v_xp + posterior.noise * np.eye(len(P))
         self.cov_inv = linalg.cho_solve((cholesky(cov), True), np.eye(len(P))) if len(P) else cov
@@ -299,8 +312,14 @@ def kappa(n: int) -> float:
     return math.sqrt(max(0.2 * math.log(0.4 * max(n, 1)), KAPPA_MIN**2))
 
 
-def maximise(acquisition: Acquisition, d: int, restarts: int, rng: np.random.Generator) -> np.ndarray:
+def maximise(acquisition: Acquisition, d: int, restarts: int, rng: np.random.Generator,
+             seeds: np.ndarray | None = None) -> np.ndarray:
     """Best point of ``[0, 1]^d``: screen random points at once, polish the best ``restarts`` with L-BFGS-B.
+
+    ``seeds`` (the donor's config, the running members') are polished too and stay
+    finalists, so the pick's acquisition is never below theirs: from random starts
+    alone, in 4 dimensions about 1 pick in 8 was a corner of the cube whose
+    acquisition was lower than at the donor's own config.
 
     The starts are polished together, by one L-BFGS-B run on the sum of their
     acquisition values. The sum separates, so its optimum holds each start's own
@@ -311,6 +330,8 @@ def maximise(acquisition: Acquisition, d: int, restarts: int, rng: np.random.Gen
     candidates = rng.uniform(size=(SCREEN, d))
     values, _ = acquisition(candidates)
     starts = candidates[np.argsort(-values, kind="stable")[:restarts]]
+    if seeds is not None and len(seeds):
+        starts = np.vstack([starts, np.clip(seeds, 0.0, 1.0)])
 
     def negative_sum(flat: np.ndarray) -> tuple[float, np.ndarray]:
         value, grad = acquisition(flat.reshape(starts.shape), gradient=True)
@@ -332,6 +353,14 @@ class RoundGP:
     queries: dict[int, tuple[float, float]]
     """Scaled ``(t, R)`` of each latest-round member with a finite score: a donor's query point."""
     kappa: float
+
+    def info(self) -> dict[str, float]:
+        """The fit behind the round's picks, for ``strategy.csv``."""
+        kernel = self.posterior.kernel
+        lengthscale, epsilon, variance = (float(param.values[0]) for param in (kernel.lengthscale, kernel.epsilon,
+                                                                                 kernel.variance))
+        return {"gp": 1.0, "rows": float(len(self.posterior.X)), "lengthscale": lengthscale, "epsilon": epsilon,
+                "variance": variance, "noise": float(self.posterior.noise), "kappa": self.kappa}
 
 
 class PB2(ExploitExplore):
@@ -387,22 +416,29 @@ class PB2(ExploitExplore):
         except (linalg.LinAlgError, FloatingPointError, ValueError):
             return Posterior(*fit_kernel(X[recent], y[recent], fixed_noise=FALLBACK_NOISE), X, y)
 
-    def explore(
-        self, donor: int, donor_config: Config, round_: RoundContext, rng: np.random.Generator
-    ) -> tuple[Config, list[str]]:
+    def explore(self, donor: int, donor_config: Config, round_: RoundContext, rng: np.random.Generator) -> Explored:
         """Categoricals as in PBT; continuous values maximise UCB at the donor's time and score."""
         space, gp = round_.space, round_.fitted
+        fallback = {"gp": 0.0}
         if gp is None or donor not in gp.queries:
-            return perturb(donor_config, space, rng, self.settings.resample_prob)
+            return *perturb(donor_config, space, rng, self.settings.resample_prob), fallback
         new, ops = perturb(donor_config, space, rng, self.settings.resample_prob, names=space.categorical)
-        pending = round_.pending
-        unit_pending = np.array([space.to_unit(c) for c in pending]).reshape(len(pending), len(space.continuous))
+        pending = round_.picks + (round_.running if self.settings.pending == "running" else [])
+        # A pending point from a member without a score has no (t, R) to sit at: it cannot be placed.
+        pending = [p for p in pending if p.start in gp.queries]
+        points = np.array([[*gp.queries[p.start], *space.to_unit(p.config)] for p in pending])
+        d = len(space.continuous)
+        donor_unit = space.to_unit(donor_config)
+        seeds = np.vstack([donor_unit[None, :], *(space.to_unit(p.config)[None, :] for p in round_.running)])
         try:
             with quiet():
-                acquisition = Acquisition(gp.posterior, gp.queries[donor], unit_pending, gp.kappa)
-                best = maximise(acquisition, len(space.continuous), self.settings.restarts, rng)
+                acquisition = Acquisition(gp.posterior, gp.queries[donor], points.reshape(len(pending), 2 + d),
+                                          gp.kappa)
+                best = maximise(acquisition, d, self.settings.restarts, rng, seeds=seeds)
+                values, _ = acquisition(np.vstack([best, donor_unit]))
         except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
             logger.warning("PB2: the acquisition failed (%s); exploring as PBT for this member", err)
-            return perturb(donor_config, space, rng, self.settings.resample_prob)
+            return *perturb(donor_config, space, rng, self.settings.resample_prob), fallback
         new = space.from_unit(best, new)
-        return new, ops + [f"{name} -> {new[name]:.3g} (PB2)" for name in space.continuous]
+        info = gp.info() | {"pending": float(len(pending)), "ucb": float(values[0]), "ucb_donor": float(values[1])}
+        return new, ops + [f"{name} -> {new[name]:.3g} (PB2)" for name in space.continuous], info

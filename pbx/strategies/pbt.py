@@ -14,7 +14,7 @@ import numpy as np
 
 from pbx.errors import UsageError
 from pbx.space import Categorical, Config, Space
-from pbx.strategies.base import ExploitExplore, RoundContext, StrategySettings
+from pbx.strategies.base import ExploitExplore, Explored, RoundContext, StrategySettings
 
 FACTORS = (0.8, 1.2)
 CATEGORICAL_RESAMPLE_PROB = 0.5
@@ -57,7 +57,5 @@ class PBT(ExploitExplore):
     settings_cls = PBTSettings
     settings: PBTSettings
 
-    def explore(
-        self, donor: int, donor_config: Config, round_: RoundContext, rng: np.random.Generator
-    ) -> tuple[Config, list[str]]:
-        return perturb(donor_config, round_.space, rng, self.settings.resample_prob)
+    def explore(self, donor: int, donor_config: Config, round_: RoundContext, rng: np.random.Generator) -> Explored:
+        return *perturb(donor_config, round_.space, rng, self.settings.resample_prob), {}
