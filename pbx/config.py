@@ -26,12 +26,14 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from pbx.errors import UsageError
+from pbx.files import durable_write
 from pbx.yaml_files import read_yaml
 from pbx.members import Member, MemberSettings, member_class
 from pbx.space import Space
-from pbx.strategies import ExploitExplore, Strategy, StrategySettings, make_selection, strategy_class
+from pbx.strategies import ExploitExplore, Strategy, StrategySettings, canonical_search, make_selection, strategy_class
 
-SEARCH_SPACES = Path(__file__).resolve().parent.parent / "search_spaces"
+SEARCH_SPACES = Path(__file__).resolve().parent / "search_spaces"
+"""The shipped search spaces: package data, so a non-editable install finds them too."""
 SECTIONS = ("run", "strategy", "member")
 
 
@@ -119,7 +121,8 @@ class RunConfig:
         }
 
     def write(self, path: Path) -> None:
-        path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        durable_write(path, lambda tmp: tmp.write_text(text))
 
 
 def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) -> RunConfig:
@@ -131,26 +134,31 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
     merged: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     flat: dict[str, Any] = {}
     space_spec: Any = None
+    named_space = False
+    """Whether a space file is named after the inline space (a flag or -m on a resolved config.yaml)."""
     for layer in layers:
+        inline = isinstance(layer.get("space"), Mapping)
         for key, value in layer.items():
             if key in SECTIONS:
                 if not isinstance(value, Mapping):
                     raise UsageError(f"config section {key!r} must be a mapping, got {value!r}")
                 merged[key].update(value)
-            elif key == "space" and isinstance(value, Mapping):
+            elif key == "space" and inline:
                 space_spec = value
             else:
                 flat[key] = value
+        names = "space" in layer or "space" in (layer.get("run") or {})
+        named_space = False if inline else named_space or names
     for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"-m expects key=value, got {item!r}")
-        flat[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+        key, value = parse_override(item)
+        flat[key] = value
+        named_space |= key in ("space", "run.space")
 
     run_fields = _field_names(RunSettings)
     run_raw = {**merged["run"], **{k: v for k, v in flat.items() if k in run_fields}}
     env = str(run_raw.get("env", RunSettings.env))
-    search = str(run_raw.get("search", RunSettings.search))
+    search = canonical_search(run_raw.get("search", RunSettings.search))
+    run_raw["search"] = search
     member_cls = member_class(env)
     strat_cls = strategy_class(search)
     run_raw = {**member_cls.run_defaults(env), **run_raw}
@@ -159,7 +167,7 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
     raw = {"run": run_raw, "strategy": dict(merged["strategy"]), "member": dict(merged["member"])}
     for key, value in flat.items():
         section, name = _route(key, sections, search, env)
-        raw[section][name] = value
+        raw[section][name] = canonical_search(value) if (section, name) == ("run", "search") else value
     for section, cls in sections.items():
         unknown = set(raw[section]) - _field_names(cls)
         if unknown:
@@ -175,9 +183,24 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
     make_selection(run.selection, run.quantile)
 
     # A resolved config.yaml carries its space inline; a space named by a flag or -m replaces it.
-    space_source, space = _load_space(run, member_cls, None if "space" in flat else space_spec)
+    space_source, space = _load_space(run, member_cls, None if named_space else space_spec)
+    searched = sorted(set(space.names) & {k.split(".")[-1] for k in flat} & _field_names(member_cls.settings_cls))
+    if searched:
+        raise UsageError(f"-m {searched[0]}=... has no effect: {searched[0]} is in the search space ({space_source}), "
+                         f"which sets it for every member; change its default or bounds in the space, "
+                         f"or remove it from the space")
     member_cls.validate(space, member, run.device)
     return RunConfig(run, strategy, member, space, space_source, member_cls, strat_cls)
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``key=value`` of a ``-m`` item, the value read as YAML (``1e-4``, ``true``, ``null``)."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise UsageError(f"-m takes key=value items, got {item!r} (e.g. -m n_envs=16; "
+                         f"the reference code's -mb, -tr, -b, -s, -sd are --max_budget, --t_ready, --batchsize, "
+                         f"--search, --seed here)")
+    return key.strip(), yaml.safe_load(value) if value.strip() else ""
 
 
 def build(cls: type, raw: Mapping[str, Any]) -> Any:
@@ -214,6 +237,9 @@ def _route(key: str, sections: Mapping[str, type], search: str, env: str) -> tup
     if not matches:
         valid = sorted(set().union(*(_field_names(c) for c in sections.values())))
         raise UsageError(f"unknown key {key!r} for --search {search} --env {env}; valid keys: {', '.join(valid)}")
+    if len(matches) > 1:
+        raise UsageError(f"{key!r} is a setting of the {' and the '.join(matches)} sections; "
+                         f"say which: {', '.join(f'{s}.{key}' for s in matches)}")
     return matches[0], key
 
 

@@ -10,13 +10,22 @@
 Checkpoints carry their round in the name so a kill while round r is being
 saved leaves round r - 1's files whole: they are deleted only once round r is in
 the history.
+
+A process training into a folder holds its ``.lock`` (an ``flock``, which the
+kernel releases when the process dies, so a killed run leaves no stale lock):
+a second ``--resume`` of the same folder, say a requeued cluster job, refuses
+instead of writing the same history twice.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from pbx.errors import UsageError
 
@@ -53,6 +62,8 @@ class RunDir:
 
     def create(self) -> None:
         if self.config.exists():
+            with self.lock():  # names the process if one is training into the folder right now
+                pass
             raise UsageError(f"{self.path} already holds a run; continue it with --resume {self.path} "
                              "or pick another folder with --run-dir")
         self.checkpoints.mkdir(parents=True, exist_ok=True)
@@ -64,6 +75,24 @@ class RunDir:
             raise UsageError(f"--resume {self.path}: no such folder")
         if not self.config.is_file() or not self.history.is_file():
             raise UsageError(f"--resume {self.path}: not a pbx run folder (needs config.yaml and history.csv)")
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the folder for this process; raise :class:`UsageError` naming the process that holds it."""
+        path = self.path / ".lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                raise UsageError(f"{self.path} is in use by process {holder} (another run or --resume of this "
+                                 f"folder); wait for it to end or stop it first") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # releases the flock
 
     def checkpoint(self, member: int, round_: int) -> Path:
         return self.checkpoints / f"member_{member}.r{round_}.ckpt"

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from pbx.config import RunConfig, RunSettings, load_yaml, resolve
+from pbx.config import RunConfig, RunSettings, load_yaml, parse_override, resolve
 from pbx.errors import ArgumentParser, UsageError
 from pbx.history import History, best_rows
 from pbx.run_dir import RunDir
@@ -32,13 +32,15 @@ from pbx.runners.sync import SyncRunner
 # Flags that map one-to-one onto run settings: (flag spellings, setting name, type, help).
 RUN_FLAGS: list[tuple[tuple[str, ...], str, type, str]] = [
     (("--env",), "env", str, "toy, a ProcGen game (bigfish, coinrun, ...) or a gymnasium id (CartPole-v1)"),
-    (("--search",), "search", str, "strategy: none (fixed baseline), random, PBT or PB2"),
+    (("--search",), "search", str, "strategy: none (fixed baseline; also Fixed), random, PBT or PB2, any case"),
     (("--selection",), "selection", str, "exploit rule: truncation (bottom quantile copies top) or wta (all copy the best)"),
-    (("--batchsize", "--pop-size", "--pop_size"), "pop_size", int, "population size"),
+    (("--batchsize", "--pop-size", "--pop_size"), "pop_size", int, "population size (not PPO's batch_size)"),
+    (("--pbt_thresh", "--pbt-thresh", "--quantile"), "quantile", float,
+     "fraction of the population in the top and in the bottom group of truncation selection"),
     (("--t_ready", "--t-ready"), "t_ready", int, "env steps per member between exploit/explore steps"),
     (("--max_budget", "--max-budget"), "max_budget", int, "env steps per member in total"),
     (("--seed",), "seed", int, "seeds the decisions and, per member, every learner"),
-    (("--space",), "space", str, "search-space YAML: a path or a file name in search_spaces/"),
+    (("--space",), "space", str, "search-space YAML: a path or a file name in pbx/search_spaces/"),
     (("--device",), "device", str, "auto (a GPU when there is one), cpu or cuda"),
     (("--name",), "name", str, "run name"),
 ]
@@ -53,10 +55,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", "--run_dir", dest="run_dir", default=None,
                    help="run folder (default: runs/<name>)")
     p.add_argument("--config", default=None, help="experiment YAML (sections run/strategy/member, or flat keys)")
-    p.add_argument("-m", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+    p.add_argument("--pbt_resample", "--pbt-resample", dest="resample_prob", type=float, default=None,
+                   help="probability that PBT's explore redraws a value from the prior (strategy resample_prob)")
+    p.add_argument("-m", dest="overrides", nargs="+", action=_Overrides, default=[], metavar="KEY=VALUE",
                    help="override any setting, e.g. -m pop_size=8 n_envs=16 (or section.key=value)")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a stopped run from its folder")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR",
+                   help=f"continue a stopped run from its folder; only {', '.join(RESUMABLE)} may change "
+                        f"(-m or the flag), e.g. --resume runs/X -m max_budget=50000000")
     return p
+
+
+class _Overrides(argparse._ExtendAction):
+    """``-m`` items, each checked for ``key=value`` as it is parsed: ``-mb 6144`` (the reference code's
+    spelling of --max_budget) would otherwise fail later as 'unrecognized arguments: 6144'."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        for item in values:
+            try:
+                parse_override(item)
+            except UsageError as err:
+                parser.error(str(err))
+        super().__call__(parser, namespace, values, option_string)
 
 
 def _default(dest: str) -> str:
@@ -69,20 +88,19 @@ def _default(dest: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
-    try:
-        cfg, run_dir = _setup(args)
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    run = cfg.run
-    print(f"pbx: {run.search} on {run.env}, {run.pop_size} members x {run.max_budget:,} steps "
-          f"({run.rounds} rounds of {run.t_ready:,}), seed {run.seed} -> {run_dir.path}")
     # A scheduler's SIGTERM (end of a job's time) stops the run like Ctrl-C: envs closed, resume hint printed.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    run_dir = None
     try:
-        history = SyncRunner(cfg, run_dir).run()
+        cfg, run_dir, changed = _setup(args)
+        with run_dir.lock():
+            if changed:
+                cfg.write(run_dir.config)
+            print(_start_line(cfg, run_dir), flush=True)
+            history = SyncRunner(cfg, run_dir).run()
     except KeyboardInterrupt:
-        print(f"\ninterrupted: finished rounds are saved; continue with --resume {run_dir.path}", file=sys.stderr)
+        hint = f"; continue with --resume {run_dir.path}" if run_dir is not None else ""
+        print(f"\ninterrupted: finished rounds are saved{hint}", file=sys.stderr)
         return 130
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -91,24 +109,59 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _setup(args: argparse.Namespace) -> tuple[RunConfig, RunDir]:
+RESUMABLE = ("max_budget", "eval_every", "eval_episodes", "device")
+"""Settings a resumed run may change: none of them changes a decision already taken."""
+
+
+def _setup(args: argparse.Namespace) -> tuple[RunConfig, RunDir, bool]:
+    """The run's config and folder, and whether its config.yaml is to be (re)written (under the folder's lock)."""
     flags = {dest: getattr(args, dest) for _, dest, _, _ in RUN_FLAGS if getattr(args, dest) is not None}
+    strategy = {"resample_prob": args.resample_prob} if args.resample_prob is not None else {}
     if args.resume is not None:
-        extra = sorted(flags) + (["--config"] if args.config else []) + (["-m"] if args.overrides else [])
-        extra += ["--run-dir"] if args.run_dir else []
-        if extra:
-            raise UsageError(f"--resume takes every setting from {args.resume}/config.yaml; drop {', '.join(extra)}")
-        run_dir = RunDir(Path(args.resume))
-        run_dir.require_run()
-        return resolve([load_yaml(run_dir.config)]), run_dir
+        return _resume(args, flags, strategy)
     layers = [load_yaml(args.config)] if args.config else []
-    cfg = resolve([*layers, {"run": flags}], args.overrides)
+    if layers and isinstance(layers[0].get("space"), dict):
+        # A run's own config.yaml: rebuild the run under a new name, not into the folder it came from.
+        layers[0] = {**layers[0], "run": {k: v for k, v in (layers[0].get("run") or {}).items() if k != "name"}}
+    cfg = resolve([*layers, {"run": flags, "strategy": strategy}], args.overrides)
     if cfg.run.name is None:
         cfg.run.name = f"{cfg.run.env}-{cfg.run.search}-s{cfg.run.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = RunDir(Path(args.run_dir) if args.run_dir else Path("runs") / cfg.run.name)
     run_dir.create()
-    cfg.write(run_dir.config)
-    return cfg, run_dir
+    return cfg, run_dir, True
+
+
+def _resume(args: argparse.Namespace, flags: dict[str, object],
+            strategy: dict[str, object]) -> tuple[RunConfig, RunDir, bool]:
+    """The run in ``--resume``'s folder, with the changes :data:`RESUMABLE` allows written to its config.yaml."""
+    keys = [parse_override(item)[0].split(".")[-1] for item in args.overrides] + list(flags) + list(strategy)
+    refused = sorted({k for k in keys if k not in RESUMABLE}) + (["--config"] if args.config else [])
+    refused += ["--run-dir"] if args.run_dir else []
+    if refused:
+        raise UsageError(f"--resume continues the run as configured in {args.resume}/config.yaml; it may change only "
+                         f"{', '.join(RESUMABLE)}, not {', '.join(refused)} (start a new run for those)")
+    run_dir = RunDir(Path(args.resume))
+    run_dir.require_run()
+    stored = load_yaml(run_dir.config)
+    old = resolve([stored])
+    cfg = resolve([stored, {"run": flags}], args.overrides)
+    if cfg.run.max_budget is not None and old.run.max_budget is not None and cfg.run.max_budget < old.run.max_budget:
+        raise UsageError(f"--resume may extend max_budget, not cut it: {cfg.run.max_budget:,} < "
+                         f"{old.run.max_budget:,} (the run's)")
+    return cfg, run_dir, cfg.to_dict() != old.to_dict()
+
+
+def _start_line(cfg: RunConfig, run_dir: RunDir) -> str:
+    """What will be trained; a member that rounds a round's steps (PPO: whole rollouts) says what it really trains."""
+    run = cfg.run
+    line = (f"pbx: {run.search} on {run.env}, {run.pop_size} members x {run.max_budget:,} steps "
+            f"({run.rounds} rounds of {run.t_ready:,}), seed {run.seed} -> {run_dir.path}")
+    assert run.t_ready is not None and run.max_budget is not None
+    per_round = cfg.member_cls.round_steps(cfg.member, run.t_ready)
+    if per_round != run.t_ready or cfg.total_steps() != run.max_budget:
+        line += (f"\nnote: t_ready is not whole rollouts: each member trains {per_round:,} steps per round, "
+                 f"{cfg.total_steps():,} in total")
+    return line
 
 
 def _summary(history: History, run_dir: RunDir) -> str:

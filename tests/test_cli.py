@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
 from pbx.config import load_yaml, resolve
+from pbx.errors import UsageError
 from pbx.train import main
+
+from conftest import start_train
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,7 +69,9 @@ BAD = [
     (["-m", "colour=blue"], "unknown key 'colour'"),
     (["-m", "pop_size=many"], "pop_size must be int, got 'many'"),
     (["-m", "quantile=0.9"], "quantile must be in (0, 0.5], got 0.9"),
-    (["-m", "nokey"], "-m expects key=value"),
+    (["-m", "nokey"], "-m takes key=value items, got 'nokey'"),
+    (["-mb", "6144"], "the reference code's -mb, -tr, -b, -s, -sd are --max_budget"),
+    (["-m", "eval_every=0"], "eval_every must be a positive number of rounds, got 0"),
     (["--device", "tpu"], "device must be auto, cpu or cuda"),
     (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
     (["--config", "missing.yaml"], "config file not found: missing.yaml"),
@@ -96,10 +103,101 @@ def test_unknown_search_in_a_subprocess_has_no_traceback() -> None:
     proc = subprocess.run([sys.executable, "-m", "pbx.train", "--env", "toy", "--search", "PB3"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr == "error: unknown --search 'PB3'; choose from ['PB2', 'PBT', 'none', 'random']\n"
+    assert proc.stderr == "error: unknown --search 'PB3'; choose from none, random, PBT, PB2 (any case; Fixed = none)\n"
 
 
 @pytest.mark.parametrize("experiment", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_experiment_files_resolve(experiment: Path) -> None:
     cfg = resolve([load_yaml(experiment)])
     assert cfg.run.env == "bigfish" and cfg.run.rounds >= 3
+
+
+@pytest.mark.parametrize("spelling, name", [("pb2", "PB2"), ("Fixed", "none"), ("Random", "random"), ("NONE", "none")])
+def test_search_takes_the_reference_spellings(spelling: str, name: str) -> None:
+    assert resolve([{"run": {"env": "toy", "search": spelling}}]).run.search == name
+
+
+def test_reference_aliases_set_quantile_and_resample_prob(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["--env", "toy", "--search", "PBT", "--pbt_thresh", "0.5", "--pbt_resample", "0.1",
+                 "--max_budget", "8", "--run-dir", str(run_dir)]) == 0
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["run"]["quantile"] == 0.5 and config["strategy"]["resample_prob"] == 0.1
+
+
+def test_a_key_of_two_sections_needs_its_section() -> None:
+    from pbx.config import _route
+
+    import dataclasses
+
+    one = dataclasses.make_dataclass("One", [("seed", int)])
+    two = dataclasses.make_dataclass("Two", [("seed", int)])
+    with pytest.raises(UsageError, match="'seed' is a setting of the run and the member sections; say which: "
+                                         "run.seed, member.seed"):
+        _route("seed", {"run": one, "member": two}, "PBT", "toy")
+    assert _route("member.seed", {"run": one, "member": two}, "PBT", "toy") == ("member", "seed")
+
+
+def test_an_override_of_a_searched_hyperparameter_is_refused(capsys) -> None:
+    with pytest.raises(UsageError, match="-m learning_rate=... has no effect: learning_rate is in the search space"):
+        resolve([{"run": {"env": "CartPole-v1", "search": "none"}}], ["learning_rate=1e-4"])
+    resolve([{"run": {"env": "CartPole-v1", "search": "none"}}], ["vf_coef=0.7"])  # not searched: fine
+
+
+def test_space_flag_replaces_the_inline_space_of_a_run_config(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["--env", "toy", "--max_budget", "8", "--run-dir", str(run_dir)]) == 0
+    narrow = tmp_path / "narrow.yaml"
+    narrow.write_text("h0: {type: continuous, low: 0.1, high: 0.2}\nh1: {type: continuous, low: 0.1, high: 0.2}\n")
+    again = tmp_path / "again"
+    assert main(["--config", str(run_dir / "config.yaml"), "--space", str(narrow), "--run-dir", str(again)]) == 0
+    config = yaml.safe_load((again / "config.yaml").read_text())
+    assert config["run"]["space"] == str(narrow) and config["space"]["h0"]["high"] == 0.2
+
+
+def test_a_run_config_rebuilds_the_run_under_a_new_name(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["--env", "toy", "--max_budget", "8", "--name", "first"]) == 0
+    assert main(["--config", "runs/first/config.yaml"]) == 0
+    assert len(list((tmp_path / "runs").iterdir())) == 2
+
+
+def test_resume_may_extend_the_budget_and_nothing_that_changes_decisions(tmp_path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["--env", "toy", "--max_budget", "8", "--run-dir", str(run_dir)]) == 0
+    assert main(["--resume", str(run_dir), "-m", "max_budget=16", "eval_every=2"]) == 0
+    history = pd.read_csv(run_dir / "history.csv")
+    assert history["round"].max() == 3 and history["steps"].max() == 16
+    capsys.readouterr()
+    assert main(["--resume", str(run_dir), "-m", "t_ready=8"]) == 2
+    assert "may change only max_budget, eval_every, eval_episodes, device, not t_ready" in capsys.readouterr().err
+
+
+def test_start_line_says_what_ppo_really_trains(tmp_path) -> None:
+    from pbx.train import _start_line
+    from pbx.run_dir import RunDir
+
+    cfg = resolve([{"run": {"env": "CartPole-v1", "t_ready": 100, "max_budget": 300},
+                    "member": {"n_envs": 2, "n_steps": 32, "batch_size": 32}}])
+    line = _start_line(cfg, RunDir(tmp_path))
+    assert "each member trains 128 steps per round, 384 in total" in line  # 100 -> 2 rollouts of 64
+
+
+def test_a_run_folder_in_use_is_locked(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    first = start_train("--env", "toy", "--search", "PB2", "--max_budget", "4000", "--run-dir", str(run_dir))
+    try:
+        deadline = time.time() + 60
+        while not (run_dir / "history.csv").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        for argv in (["--resume", str(run_dir)], ["--env", "toy", "--run-dir", str(run_dir)]):
+            proc = subprocess.run([sys.executable, "-m", "pbx.train", *argv], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=60)
+            assert proc.returncode == 2 and f"is in use by process {first.pid}" in proc.stderr, proc.stderr
+    finally:
+        first.kill()
+        first.wait()
+    # the killed process's lock died with it
+    proc = subprocess.run([sys.executable, "-m", "pbx.train", "--resume", str(run_dir), "-m", "max_budget=4000"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from pbx.config import SEARCH_SPACES
 from pbx.errors import UsageError
 from pbx.members.base import Diverged, MemberContext
 from pbx.members.ppo import LOCAL_RANKS_VARS, PPOMember, PPOSettings, _thread_budget
@@ -23,7 +24,7 @@ from pbx.space import Categorical, Continuous, Space
 
 from conftest import tensorboard_tags
 
-SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
+SPACES = SEARCH_SPACES
 # 2 envs x 16 steps = 32-step rollouts in 2 minibatches: a rollout trains in well under a second.
 TINY = {"n_envs": 2, "n_steps": 16, "batch_size": 16, "n_epochs": 2, "eval_episodes": 2}
 ROLLOUT = TINY["n_envs"] * TINY["n_steps"]

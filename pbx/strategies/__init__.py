@@ -15,13 +15,22 @@ from pbx.strategies.selection import SELECTIONS, Selection, Truncation, WinnerTa
 __all__ = [
     "Decision", "ExploitExplore", "Explored", "Pending", "Fixed", "PB2", "PB2Settings", "PBT", "PBTSettings", "RandomSearch", "RoundContext",
     "SELECTIONS", "STRATEGIES", "Selection", "Strategy", "StrategySettings", "Truncation", "WinnerTakesAll",
-    "make_selection", "strategy_class",
+    "canonical_search", "make_selection", "strategy_class",
 ]
 
 STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Fixed, RandomSearch, PBT, PB2)}
+ALIASES = {"fixed": "none"}
+"""The PB2 authors' code spells the baseline ``Fixed``."""
+
+
+def canonical_search(name: str) -> str:
+    """The registry's spelling of a ``--search`` value: any case, and the reference code's ``Fixed``."""
+    key = ALIASES.get(str(name).lower(), str(name).lower())
+    for registered in STRATEGIES:
+        if registered.lower() == key:
+            return registered
+    raise UsageError(f"unknown --search {name!r}; choose from {', '.join(STRATEGIES)} (any case; Fixed = none)")
 
 
 def strategy_class(name: str) -> type[Strategy]:
-    if name not in STRATEGIES:
-        raise UsageError(f"unknown --search {name!r}; choose from {sorted(STRATEGIES)}")
-    return STRATEGIES[name]
+    return STRATEGIES[canonical_search(name)]
