@@ -47,8 +47,12 @@ COMPARISON_PANELS = (
 )
 FINAL_SCORE_NOTE = (
     "Final score of a run: the train score of the member with the best train score in the last round, "
-    "and that same member's test score (no selection on the test set)."
+    "and that same member's test score (no selection on the test set). Population mean: the mean over all "
+    "members in the last round, the number to compare with a baseline's seeds (a best member is a maximum "
+    "over noisy scores). Last k: the best-on-train member's scores averaged over the last k rounds."
 )
+LAST_K = 5
+"""Rounds averaged by the "last k" headline number (fewer when the run is shorter)."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ def load_run(path: Path) -> Run:
         raise UsageError(f"{path}: not a pbx run folder (no {' or '.join(missing)})")
     config = _read_config(folder.config)
     space = Space.from_dict(config["space"], source=f"{folder.config}: space")
-    frame = complete_rounds(read_csv(folder.history))
+    frame = complete_rounds(read_csv(folder.history, space), config["run"].get("pop_size"), str(folder.history))
     _check_columns(frame, space, folder.history)
     if frame.empty:
         raise UsageError(f"{folder.history}: no finished round yet, nothing to report")
@@ -123,7 +127,31 @@ def final_scores(run: Run) -> tuple[float, float]:
     return float(last["score"]), float(last["test_score"])
 
 
-def write_run_report(run: Run) -> list[Path]:
+@dataclass(frozen=True)
+class Headline:
+    """A run's headline numbers (see :data:`FINAL_SCORE_NOTE`), each as (train, test)."""
+
+    best: tuple[float, float]
+    population: tuple[float, float]
+    last_k: tuple[float, float]
+    k: int
+
+
+def headline(run: Run, k: int = LAST_K) -> Headline:
+    frame = run.frame
+    last = frame[frame["round"] == frame["round"].max()]
+    best = best_rows(frame).tail(k)
+    return Headline(final_scores(run), (_nanmean(last["score"]), _nanmean(last["test_score"])),
+                    (_nanmean(best["score"]), _nanmean(best["test_score"])), len(best))
+
+
+def _nanmean(values: pd.Series) -> float:
+    finite = values.to_numpy(float)
+    finite = finite[np.isfinite(finite)]
+    return float(finite.mean()) if len(finite) else float("nan")
+
+
+def write_run_report(run: Run, k: int = LAST_K) -> list[Path]:
     """Write ``RUN_DIR/report/``: score and schedule plots and ``summary.md``."""
     out = RunDir(run.path).report
     subject = f"{run.env} · {run.search}"
@@ -132,11 +160,11 @@ def write_run_report(run: Run) -> list[Path]:
         plot_schedules(run.frame, run.space, f"{subject}: hyperparameter schedules ({run.name})",
                        out / "schedules.png"),
     ]
-    (out / "summary.md").write_text(_run_summary(run))
+    (out / "summary.md").write_text(_run_summary(run, k))
     return paths + [out / "summary.md"]
 
 
-def _run_summary(run: Run) -> str:
+def _run_summary(run: Run, k: int) -> str:
     frame = run.frame
     last = frame[frame["round"] == frame["round"].max()].sort_values("member")
     best = int(best_rows(frame).iloc[-1]["member"])
@@ -150,14 +178,17 @@ def _run_summary(run: Run) -> str:
                      str(received.get(m, 0)), str(given.get(m, 0)), *(_fmt(row[n]) for n in run.space.names)])
     header = ["member", "train score", "test score", "exploits (copied a donor)", "times donor",
               *run.space.names]
-    train, test = final_scores(run)
+    head = headline(run, k)
+    train, test = head.best
     settings = run.config["run"]
     return "\n".join([
         f"# {run.name}: {run.search} on {run.env}", "",
         f"Selection {run.selection}, {frame['member'].nunique()} members, {frame['round'].max() + 1} rounds, "
         f"{_fmt(frame['steps'].max())} env steps per member, {_fmt(frame['wall_s'].max())} s wall time, "
         f"seed {settings.get('seed', 'n/a')}.", "",
-        f"**Final score: train {_fmt(train)}, test {_fmt(test)}** (member {best}).", "",
+        f"**Final score: train {_fmt(train)}, test {_fmt(test)}** (member {best}). "
+        f"Population mean in the last round: train {_fmt(head.population[0])}, test {_fmt(head.population[1])}. "
+        f"Best member over the last {head.k} rounds: train {_fmt(head.last_k[0])}, test {_fmt(head.last_k[1])}.", "",
         _markdown_table(header, rows), "",
         "Scores and configs are the members' in the last round. " + FINAL_SCORE_NOTE, "",
     ])
@@ -169,7 +200,7 @@ def strategy_labels(runs: Sequence[Run]) -> list[str]:
     return [f"{run.search} ({run.selection})" if with_selection else run.search for run in runs]
 
 
-def write_comparison(runs: Sequence[Run], out: Path) -> list[Path]:
+def write_comparison(runs: Sequence[Run], out: Path, k: int = LAST_K) -> list[Path]:
     """Write ``comparison.png`` and ``comparison.md`` into ``out``, one group per strategy label."""
     env = comparison_env(runs)
     groups: dict[str, list[Run]] = {}
@@ -179,7 +210,7 @@ def write_comparison(runs: Sequence[Run], out: Path) -> list[Path]:
               for column, title in COMPARISON_PANELS]
     title = f"{env}: best member per round, mean over runs (shaded: ±1 std if n ≥ 3, else min–max)"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "comparison.md").write_text(_comparison_table(env, groups))
+    (out / "comparison.md").write_text(_comparison_table(env, groups, k))
     return [plot_comparison(panels, title, out / "comparison.png"), out / "comparison.md"]
 
 
@@ -221,15 +252,18 @@ def _best_curve(run: Run, column: str) -> tuple[np.ndarray, np.ndarray]:
     return best["steps"].to_numpy(float), best[column].to_numpy(float)
 
 
-def _comparison_table(env: str, groups: dict[str, list[Run]]) -> str:
+def _comparison_table(env: str, groups: dict[str, list[Run]], k: int) -> str:
     rows = []
     for label, group in groups.items():
-        finals = np.array([final_scores(run) for run in group])
-        rows.append([label, str(len(group)), mean_std(finals[:, 0]), mean_std(finals[:, 1])])
+        heads = [headline(run, k) for run in group]
+        numbers = np.array([[*h.best, *h.population, *h.last_k] for h in heads])
+        rows.append([label, str(len(group)), *(mean_std(numbers[:, i]) for i in range(6))])
     runs = [f"- {label}: " + ", ".join(f"`{run.path}`" for run in group) for label, group in groups.items()]
     return "\n".join([
         f"# Final scores on {env}", "",
-        _markdown_table(["strategy", "n runs", "final train score", "final test score"], rows), "",
+        _markdown_table(["strategy", "n runs", "best member: train", "best member: test",
+                         "population mean: train", "population mean: test",
+                         f"best member, last {k} rounds: train", f"best member, last {k} rounds: test"], rows), "",
         FINAL_SCORE_NOTE + " Mean ± sample standard deviation (ddof=1) over runs; "
         "n/a where no run has a score; `(k of n)` where only k runs have one.", "",
         "Runs:", *runs, "",
@@ -265,7 +299,7 @@ def default_out(paths: Sequence[Path]) -> Path:
     return (common.relative_to(cwd) if common.is_relative_to(cwd) else common) / "report"
 
 
-def generate(run_dirs: Sequence[Path], out: Path | None) -> Iterator[Path]:
+def generate(run_dirs: Sequence[Path], out: Path | None, k: int = LAST_K) -> Iterator[Path]:
     """Check every run first (so bad input writes nothing), then yield each file as it is written.
 
     A comparison is written when there are several runs or ``out`` is given.
@@ -284,9 +318,9 @@ def generate(run_dirs: Sequence[Path], out: Path | None) -> Iterator[Path]:
     if compare:
         comparison_env(runs)
     for run in runs:
-        yield from write_run_report(run)
+        yield from write_run_report(run, k)
     if compare:
-        yield from write_comparison(runs, out if out is not None else default_out(run_dirs))
+        yield from write_comparison(runs, out if out is not None else default_out(run_dirs), k)
 
 
 def _is_report_folder(path: Path) -> bool:
@@ -312,13 +346,17 @@ def _parser() -> argparse.ArgumentParser:
                         help="folder for the comparison plot and table (default with several runs: report/ "
                              "in the runs' common parent folder, else ./report); with a single run, "
                              "--out writes its one-run comparison there too")
+    parser.add_argument("--last-k", "--last_k", dest="last_k", type=int, default=LAST_K, metavar="K",
+                        help=f"rounds averaged by the 'last k' headline numbers (default {LAST_K})")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        for path in generate(args.run_dirs, args.out):
+        if args.last_k < 1:
+            raise UsageError(f"--last-k must be at least 1, got {args.last_k}")
+        for path in generate(args.run_dirs, args.out, args.last_k):
             print(path, flush=True)
     except (UsageError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from pbx.history import History, HistoryLog, Row, best_rows
-from pbx.report import default_out, load_run, main, strategy_labels, write_comparison
+from pbx.report import default_out, generate, headline, load_run, main, strategy_labels, write_comparison
 from pbx.space import Categorical, Continuous, Space
 
 SPACE = Space({"lr": Continuous(1e-5, 1e-3, log=True), "aug": Categorical(("crop", "flip", "rotate")),
@@ -39,7 +39,7 @@ def make_run(folder: Path, search: str, seed: int, env: str = "toy", selection: 
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text(yaml.safe_dump(
         {"run": run, "space": SPACE.to_dict(), "strategy": {}, "member": {}}, sort_keys=False))
-    log = HistoryLog(folder / "history.csv", SPACE.names)
+    log = HistoryLog(folder / "history.csv", SPACE, POP)
     configs = [SPACE.sample(rng) for _ in range(POP)]
     scores = [0.0] * POP
     rows: list[Row] = []
@@ -212,3 +212,22 @@ def test_missing_run_dir_argument_is_one_line_and_exit_2() -> None:
     result = report()
     assert result.returncode == 2
     assert result.stderr == "error: the following arguments are required: RUN_DIR (see --help)\n"
+
+
+def test_headline_reports_population_mean_and_last_k_beside_the_best_member(tmp_path: Path) -> None:
+    """A real toy run: the headline numbers are read off its own history, not off a hand-made one."""
+    from conftest import run_toy
+
+    frame = run_toy(tmp_path / "run", search="random", max_budget=40).frame
+    last = frame[frame["round"] == 9]
+    best = best_rows(frame).tail(3)
+    head = headline(load_run(tmp_path / "run"), k=3)
+    assert head.population[0] == pytest.approx(last["score"].mean())
+    assert head.last_k[0] == pytest.approx(best["score"].mean()) and head.k == 3
+    assert head.best[0] == last["score"].max() > head.population[0]  # best-of-population overstates
+    written = list(generate([tmp_path / "run"], tmp_path / "out", k=3))
+    summary = (tmp_path / "run" / "report" / "summary.md").read_text()
+    assert f"Population mean in the last round: train {head.population[0]:.4g}" in summary
+    assert f"Best member over the last 3 rounds: train {head.last_k[0]:.4g}" in summary
+    table = (tmp_path / "out" / "comparison.md").read_text()
+    assert table_row(table, "random")[4] == f"{head.population[0]:.4g}" and tmp_path / "out" / "comparison.md" in written
