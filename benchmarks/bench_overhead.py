@@ -9,7 +9,7 @@
     TensorBoard, decisions, exploit loads). Members' work is train() plus
     evaluate(); the line after the table splits it.
 (d) The test evaluation's share of a member's round, apart from training, at
-    the README quick start (16 envs x 128 steps, t_ready 2,048, 4 test
+    the README quick start (8 envs x 256 steps, t_ready 2,048, 4 test
     episodes) and at the PB2 paper setting (64 envs x 256 steps, t_ready
     500,000, 100 test episodes). Training time per round is extrapolated from
     the measured rate over whole rollouts (a paper round is 500k steps); the
@@ -208,7 +208,7 @@ class Setting:
 
 
 EVAL_SETTINGS = (
-    Setting("quick start", PPOSettings(n_envs=16, n_steps=128, batch_size=512, eval_episodes=4), 2048, 1),
+    Setting("quick start", PPOSettings(n_envs=8, n_steps=256, batch_size=512, eval_episodes=4), 2048, 1),
     Setting("paper", PPOSettings(eval_episodes=100), 500_000, 1),
 )
 

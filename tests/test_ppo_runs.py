@@ -19,7 +19,7 @@ from conftest import kill_after, start_train, tensorboard_tags
 
 ROOT = Path(__file__).resolve().parent.parent
 # One rollout of 2 envs x 32 steps per round, two rounds, one test episode per member and round.
-TINY = ["-m", "n_envs=2", "n_steps=32", "batch_size=32", "n_epochs=1", "eval_episodes=1",
+TINY = ["-m", "n_envs=2", "n_steps=32", "batch_size=32", "eval_episodes=1",
         "--t_ready", "64", "--max_budget", "128", "--device", "cpu"]
 
 
@@ -67,15 +67,16 @@ def test_pb2_on_cartpole_copies_on_merit(tmp_path) -> None:
                   "--max_budget", "256")
     history = read_csv(run_dir / "history.csv")
     assert history["round"].max() == 3
-    # untrained CartPole episodes last ~20 steps: every member finishes some in each round of 64 steps
-    assert history["score"].notna().all()
+    # untrained CartPole episodes last ~20 steps: every member finishes whole ones in its first round
+    assert history[history["round"] == 0]["score"].notna().all()
     assert history["n_epochs"].isin([5, 10, 20]).all()
     assert sum(line.startswith("round ") for line in proc.stdout.splitlines()) == 4
     scores = history.set_index(["member", "round"])["score"]
     copies = history[history["parent"] != history["member"]]
-    assert len(copies)  # with two members and distinct scores, the worse one copies every round
+    assert len(copies)  # with two members and distinct scores, the worse one copies
     for _, row in copies.iterrows():
-        assert scores[(row["parent"], row["round"] - 1)] > scores[(row["member"], row["round"] - 1)]
+        donor, recipient = scores[(row["parent"], row["round"] - 1)], scores[(row["member"], row["round"] - 1)]
+        assert np.isfinite(donor) and (np.isnan(recipient) or donor > recipient)
 
 
 def test_a_diverging_member_gets_a_nan_score_and_is_replaced(tmp_path) -> None:
@@ -93,7 +94,7 @@ def test_a_diverging_member_gets_a_nan_score_and_is_replaced(tmp_path) -> None:
 
     cfg = resolve([{"run": {"env": "CartPole-v1", "search": "PBT", "pop_size": 2, "t_ready": 64,
                             "max_budget": 256, "device": "cpu"},
-                    "member": {"n_envs": 2, "n_steps": 32, "batch_size": 32, "n_epochs": 1, "eval_episodes": 1}}])
+                    "member": {"n_envs": 2, "n_steps": 32, "batch_size": 32, "eval_episodes": 1}}])
     cfg.member_cls = Poisoned
     run_dir = RunDir(tmp_path / "run")
     run_dir.create()

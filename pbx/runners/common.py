@@ -98,7 +98,7 @@ class RunRecorder:
         path = self.run_dir.strategy
         new = not path.exists()
         with open(path, "a", newline="") as f:
-            writer = csv.writer(f)
+            writer = csv.writer(f, lineterminator="\n")
             if new:
                 writer.writerow(STRATEGY_COLUMNS)
             writer.writerows([round_, d.member, d.donor, d.explored, "; ".join(d.ops), json.dumps(dict(d.info))]

@@ -70,10 +70,13 @@ class TimeVaryingSE(Kern):
         self.epsilon = Param("epsilon", epsilon, Logistic(*EPSILON_BOUNDS))
         self.link_parameters(self.variance, self.lengthscale, self.epsilon)
 
+    # Parameters are read as ``param.values[0]``: ``float(param)`` of a one-element array is an
+    # error from NumPy 2.5 on.
+
     @property
     def decay_rate(self) -> float:
         """``c = log(1 - eps) / 2 <= 0``: the time factor is ``exp(c |t - t'|)``."""
-        return 0.5 * float(np.log1p(-float(self.epsilon)))
+        return 0.5 * float(np.log1p(-float(self.epsilon.values[0])))
 
     # Cached per inputs and parameters, so K and its gradients share one evaluation in each
     # step of a marginal-likelihood fit (GPy re-slices X whenever a parameter changes).
@@ -87,15 +90,15 @@ class TimeVaryingSE(Kern):
     def _exponential(self, X: np.ndarray, X2: np.ndarray | None) -> np.ndarray:
         """``exp(c |t - t'| - ||x - x'||^2 / lengthscale)`` = K / variance, (n, m)."""
         dt, sq = self._distances(X, X2)
-        out = sq * (-1.0 / float(self.lengthscale))
+        out = sq * (-1.0 / self.lengthscale.values[0])
         out += self.decay_rate * dt
         return np.exp(out, out=out)
 
     def K(self, X: np.ndarray, X2: np.ndarray | None = None) -> np.ndarray:
-        return float(self.variance) * self._exponential(X, X2)
+        return self.variance.values[0] * self._exponential(X, X2)
 
     def Kdiag(self, X: np.ndarray) -> np.ndarray:
-        return np.full(X.shape[0], float(self.variance))
+        return np.full(X.shape[0], self.variance.values[0])
 
     def fixed_factor(self, fixed: np.ndarray, X: np.ndarray) -> np.ndarray:
         """The part of ``k((fixed, u), X[j])`` that does not depend on ``u``, shape (n,).
@@ -108,13 +111,13 @@ class TimeVaryingSE(Kern):
         q = len(fixed)
         dt = np.abs(fixed[0] - X[:, 0])
         sq = np.sum((X[:, 1:q] - fixed[1:]) ** 2, 1)
-        return float(self.variance) * np.exp(self.decay_rate * dt - sq / float(self.lengthscale))
+        return self.variance.values[0] * np.exp(self.decay_rate * dt - sq / self.lengthscale.values[0])
 
     def update_gradients_full(self, dL_dK: np.ndarray, X: np.ndarray, X2: np.ndarray | None = None) -> None:
         dt, sq = self._distances(X, X2)
         exponential = self._exponential(X, X2)
-        weighted = dL_dK * exponential * float(self.variance)
-        lengthscale, eps = float(self.lengthscale), float(self.epsilon)
+        weighted = dL_dK * exponential * self.variance.values[0]
+        lengthscale, eps = self.lengthscale.values[0], self.epsilon.values[0]
         self.variance.gradient = np.sum(dL_dK * exponential)
         self.lengthscale.gradient = np.sum(weighted * sq) / lengthscale**2
         self.epsilon.gradient = -0.5 / (1.0 - eps) * np.sum(weighted * dt)
@@ -135,7 +138,7 @@ class TimeVaryingSE(Kern):
         weighted = dL_dK * self.K(X, X2)  # (n, m)
         grad = np.empty(X.shape)
         grad[:, 0] = self.decay_rate * np.sum(weighted * np.sign(X[:, :1] - X2[:, :1].T), 1)
-        grad[:, 1:] = se_gradient(weighted, X[:, 1:], X2[:, 1:], float(self.lengthscale))
+        grad[:, 1:] = se_gradient(weighted, X[:, 1:], X2[:, 1:], self.lengthscale.values[0])
         return grad
 
     def gradients_X_diag(self, dL_dKdiag: np.ndarray, X: np.ndarray) -> np.ndarray:

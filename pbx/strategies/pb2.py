@@ -221,7 +221,7 @@ def fit_kernel(X: np.ndarray, y: np.ndarray, fixed_noise: float | None = None) -
     else:
         model.Gaussian_noise.variance.fix(warning=False)
     model.optimize("lbfgsb", max_iters=FIT_ITERS, bfgs_factor=FIT_FACTR)
-    noise = float(model.Gaussian_noise.variance)
+    noise = float(model.Gaussian_noise.variance.values[0])
     if not (np.all(np.isfinite(kernel.param_array)) and math.isfinite(noise) and math.isfinite(model.log_likelihood())):
         raise FloatingPointError(f"GP fit ended at non-finite values {kernel.param_array}, noise {noise}")
     return kernel, noise
@@ -278,7 +278,7 @@ class Acquisition:
         fixed = np.asarray(query, dtype=float)
         P = np.asarray(pending, dtype=float).reshape(len(pending), X.shape[1])  # (k, D)
         self.post, self.kappa, self.pending = posterior, kappa, P[:, 2:]
-        self.lengthscale, self.prior_var = float(kernel.lengthscale), float(kernel.variance)  # k(z, z) = variance
+        self.lengthscale, self.prior_var = float(kernel.lengthscale.values[0]), float(kernel.variance.values[0])  # k(z, z)
         self.H, self.factor = X[:, 2:], kernel.fixed_factor(fixed, X)  # (n, d), (n,)
         self.factor_p = kernel.fixed_factor(fixed, P)  # each pending point's own (t, R) against the query's
         self.v_xp = posterior.whiten(kernel.K(P, X)).T  # (n, k)
