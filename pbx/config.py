@@ -11,7 +11,10 @@ experiment YAML (``--config``) < command-line flags < ``-m key=value``
 overrides. A ``-m`` key is a field name (``pop_size``, ``n_envs``) or a dotted
 ``section.field``. The resolved config, with the search space, is written to the
 run folder, and ``--config`` accepts that file back, so a run can be rebuilt
-from its folder.
+from its folder. Input never goes unused: a member setting of a hyperparameter
+the space holds is refused (each member takes it from the space, and the
+``member`` section leaves it out), and a space named by a flag or ``-m``
+replaces the inline space of a resolved config.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ from pbx.strategies import ExploitExplore, Strategy, StrategySettings, canonical
 SEARCH_SPACES = Path(__file__).resolve().parent / "search_spaces"
 """The shipped search spaces: package data, so a non-editable install finds them too."""
 SECTIONS = ("run", "strategy", "member")
+
+
+RUNNERS = ("auto", "sync", "mpi")
+COMM_MODES = ("p2p", "collective")
 
 
 @dataclass
@@ -65,6 +72,11 @@ class RunSettings:
     """Run name; the folder is ``runs/<name>`` unless ``--run-dir`` says otherwise."""
     eval_every: int = 1
     """Evaluate the test score every this many rounds (and always in the last round)."""
+    runner: str = "auto"
+    """``auto`` (MPI when started by an MPI launcher with several ranks, else synchronous), ``sync`` or ``mpi``."""
+    comm: str = "p2p"
+    """How the MPI runner moves a donor's checkpoint: ``p2p`` (send to each rank that needs it) or
+    ``collective`` (one broadcast per donor; suits winner-takes-all)."""
 
     def __post_init__(self) -> None:
         if self.pop_size < 1:
@@ -77,6 +89,10 @@ class RunSettings:
             raise UsageError(f"eval_every must be a positive number of rounds, got {self.eval_every}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise UsageError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.runner not in RUNNERS:
+            raise UsageError(f"runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}")
+        if self.comm not in COMM_MODES:
+            raise UsageError(f"comm must be one of {', '.join(COMM_MODES)}, got {self.comm!r}")
 
     @property
     def rounds(self) -> int:
@@ -103,9 +119,14 @@ class RunConfig:
         assert self.run.t_ready is not None and self.run.max_budget is not None  # filled in by resolve()
         return min(self.run.t_ready, self.run.max_budget - round_ * self.run.t_ready)
 
+    def trained_steps(self, round_: int) -> int:
+        """Steps each member really trains in ``round_``: :meth:`round_steps` as the member rounds them (PPO: to
+        whole rollouts)."""
+        return self.member_cls.round_steps(self.member, self.round_steps(round_))
+
     def total_steps(self) -> int:
-        """Steps each member really trains over the run (a member may round a round's steps, PPO to rollouts)."""
-        return sum(self.member_cls.round_steps(self.member, self.round_steps(r)) for r in range(self.run.rounds))
+        """Steps each member really trains over the run."""
+        return sum(self.trained_steps(r) for r in range(self.run.rounds))
 
     def build_strategy(self) -> Strategy:
         return self.strategy_cls(self.strategy, make_selection(self.run.selection, self.run.quantile))
@@ -113,10 +134,12 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         run = dataclasses.asdict(self.run)
         run["space"] = self.space_source
+        # A searched hyperparameter's member setting is never used: the space records what the members train with.
+        member = {k: v for k, v in dataclasses.asdict(self.member).items() if k not in self.space.params}
         return {
             "run": run,
             "strategy": dataclasses.asdict(self.strategy),
-            "member": dataclasses.asdict(self.member),
+            "member": member,
             "space": self.space.to_dict(),
         }
 
@@ -136,6 +159,8 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
     space_spec: Any = None
     named_space = False
     """Whether a space file is named after the inline space (a flag or -m on a resolved config.yaml)."""
+    member_input: dict[str, tuple[Any, bool]] = {}
+    """Possible member settings the input sets: value, and whether a run's own config.yaml holds it."""
     for layer in layers:
         inline = isinstance(layer.get("space"), Mapping)
         for key, value in layer.items():
@@ -143,15 +168,19 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
                 if not isinstance(value, Mapping):
                     raise UsageError(f"config section {key!r} must be a mapping, got {value!r}")
                 merged[key].update(value)
+                if key == "member":
+                    member_input.update({name: (v, inline) for name, v in value.items()})
             elif key == "space" and inline:
                 space_spec = value
             else:
                 flat[key] = value
+                member_input[key.removeprefix("member.")] = (value, False)
         names = "space" in layer or "space" in (layer.get("run") or {})
         named_space = False if inline else named_space or names
     for item in overrides:
         key, value = parse_override(item)
         flat[key] = value
+        member_input[key.removeprefix("member.")] = (value, False)
         named_space |= key in ("space", "run.space")
 
     run_fields = _field_names(RunSettings)
@@ -184,11 +213,7 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
 
     # A resolved config.yaml carries its space inline; a space named by a flag or -m replaces it.
     space_source, space = _load_space(run, member_cls, None if named_space else space_spec)
-    searched = sorted(set(space.names) & {k.split(".")[-1] for k in flat} & _field_names(member_cls.settings_cls))
-    if searched:
-        raise UsageError(f"-m {searched[0]}=... has no effect: {searched[0]} is in the search space ({space_source}), "
-                         f"which sets it for every member; change its default or bounds in the space, "
-                         f"or remove it from the space")
+    _refuse_searched(member_input, member_cls.settings_cls, space, space_source)
     member_cls.validate(space, member, run.device)
     return RunConfig(run, strategy, member, space, space_source, member_cls, strat_cls)
 
@@ -224,6 +249,21 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 def _field_names(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
+
+
+def _refuse_searched(given: Mapping[str, tuple[Any, bool]], settings_cls: type, space: Space,
+                     space_source: str) -> None:
+    """Refuse a member setting the search space also holds: each member trains with its own value from the
+    space, so the setting would be recorded and never used.
+
+    A run's own config.yaml written before searched settings were left out of its
+    member section holds them at their defaults; those are not input.
+    """
+    defaults = {f.name: f.default for f in dataclasses.fields(settings_cls)}
+    for name, (value, recorded) in given.items():
+        if name in space.params and name in defaults and not (recorded and value == defaults[name]):
+            raise UsageError(f"{name}={value} has no effect: {name} is in the search space ({space_source}), which "
+                             f"sets it per member; set its default in the space file, or remove it from the space")
 
 
 def _route(key: str, sections: Mapping[str, type], search: str, env: str) -> tuple[str, str]:

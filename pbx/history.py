@@ -134,10 +134,7 @@ class HistoryLog:
 
     def _read_complete_rounds(self) -> pd.DataFrame:
         """Read the file, dropping a torn last line or a partly written last round (a kill mid-write)."""
-        text = self.path.read_text()
-        if not text.endswith("\n"):
-            text = text[:text.rfind("\n") + 1]  # the last line never got its newline: torn
-        frame = read_csv(io.StringIO(text), self.space, name=str(self.path))
+        frame = read_csv(self.path, self.space)
         if list(frame.columns) != self.columns:
             raise UsageError(f"{self.path}: columns {list(frame.columns)} do not match the run's {self.columns}")
         frame = complete_rounds(frame, self.pop_size, name=str(self.path))
@@ -195,22 +192,33 @@ def best_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.loc[picks].reset_index(drop=True)
 
 
-def read_csv(path: Path | str | io.StringIO, space: Space | None = None, name: str | None = None) -> pd.DataFrame:
-    """Read a ``history.csv`` exactly as written: floats round-trip bit for bit and, given the run's
-    ``space``, categorical values come back as the choices they were (``None``, ``"NA"``, ``1``), not as
-    pandas' guesses (NaN, ``"1"``)."""
-    name = name or str(path)
+def read_csv(path: Path | str, space: Space | None = None) -> pd.DataFrame:
+    """Read a ``history.csv`` exactly as written.
+
+    Floats round-trip bit for bit and, given the run's ``space``, categorical
+    values come back as the choices they were (``None``, ``"NA"``, ``1``), not as
+    pandas' guesses (NaN, ``"1"``). A last line without its newline is a write
+    still in progress (a report of a live run) or torn by a kill, and is left
+    out; any other row that does not hold one parsable field per column means the
+    file is damaged.
+    """
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, on_bad_lines="skip")
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
-        raise UsageError(f"{name}: not a pbx history file ({err})") from None
-    missing = [c for c in BASE_COLUMNS if c not in frame.columns]
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"{path}: not a readable pbx history file ({err})") from None
+    rows = list(csv.reader(io.StringIO(text[:text.rfind("\n") + 1])))
+    missing = [c for c in BASE_COLUMNS if c not in (rows[0] if rows else [])]
     if missing:
-        raise UsageError(f"{name}: not a pbx history file (missing columns {missing})")
+        raise UsageError(f"{path}: not a pbx history file (missing columns {missing})")
+    header, body = rows[0], rows[1:]
+    for number, row in enumerate(body, start=1):
+        if len(row) != len(header):
+            raise UsageError(f"{path}: row {number} has {len(row)} fields, not {len(header)}: the file is damaged "
+                             f"(restore it, or start a new run)")
     try:
-        return _typed(frame, space)
+        return _typed(pd.DataFrame(body, columns=header, dtype=object), space)
     except (TypeError, ValueError) as err:
-        raise UsageError(f"{name}: a value does not parse ({err}); the file is damaged") from None
+        raise UsageError(f"{path}: a value does not parse ({err}); the file is damaged") from None
 
 
 def _typed(frame: pd.DataFrame, space: Space | None = None) -> pd.DataFrame:
@@ -220,7 +228,7 @@ def _typed(frame: pd.DataFrame, space: Space | None = None) -> pd.DataFrame:
         frame[col] = frame[col].astype(np.int64)
     for col in _FLOAT_COLUMNS:
         frame[col] = frame[col].astype(np.float64)
-    frame["explored"] = frame["explored"].map(lambda v: v is True or str(v) == "True").astype(bool)
+    frame["explored"] = frame["explored"].map(_bool).astype(bool)
     for col in frame.columns[len(BASE_COLUMNS):]:
         if pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(frame[col]):
             continue
@@ -250,6 +258,14 @@ def _untyped_column(values: pd.Series) -> pd.Series:
     if kinds and (kinds <= {float, np.float64} or kinds <= {int, np.int64}):
         return pd.to_numeric(values)
     return values
+
+
+def _bool(value: object) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if value not in ("True", "False"):  # text read from a file: exactly what _format writes
+        raise ValueError(f"explored takes True or False, not {value!r}")
+    return value == "True"
 
 
 def _empty_frame(hp_names: Sequence[str]) -> pd.DataFrame:

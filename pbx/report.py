@@ -15,8 +15,17 @@ scores, mean ± std per strategy, like a paper's results table).
 The *best member* of a round is the one with the best train score (NaN ranks
 last, ties go to the lowest member id: :func:`pbx.history.rank_best_first`).
 Test curves and test scores are those of that member: the test set never
-selects. A run's *final score* is its best member's train score in the last
-round, and that member's test score.
+selects. Each run has three headline numbers, each as (train, test):
+
+- *final score*: the best member's scores in the last round;
+- *population mean*: the mean over all members in the last round;
+- *last k*: the mean of the best member's scores over the last k rounds
+  (``--last-k``, default :data:`LAST_K`).
+
+The final score picks a maximum and reports it on the same noisy measurement,
+so it overstates (for ``--search none`` it is the best of the seeds of one
+config). The population mean is the number to compare with a baseline's seeds,
+and last k smooths one lucky round (:data:`FINAL_SCORE_NOTE`).
 
 Everything is read from ``config.yaml`` and ``history.csv``, so a report can be
 made while a run is still going (a partly written last round is left out).
@@ -46,13 +55,16 @@ COMPARISON_PANELS = (
     ("test_score", "test score of best-on-train member"),
 )
 FINAL_SCORE_NOTE = (
-    "Final score of a run: the train score of the member with the best train score in the last round, "
-    "and that same member's test score (no selection on the test set). Population mean: the mean over all "
-    "members in the last round, the number to compare with a baseline's seeds (a best member is a maximum "
-    "over noisy scores). Last k: the best-on-train member's scores averaged over the last k rounds."
+    "Best member (the final score): the train score of the member with the best train score in the last "
+    "round, and that same member's test score (no selection on the test set); a maximum over noisy scores, "
+    "so it overstates, and for a baseline it is the best of its seeds. Population mean: the mean over all "
+    "members in the last round (for a baseline, the mean over its seeds): the like-for-like number between "
+    "a baseline and a tuned population. Last k: the best-on-train member of each of the last k rounds "
+    "(fewer if the run is shorter), its scores averaged over those rounds. NaN scores (no finished episode, "
+    "a diverged member, a round without a test) are left out of the means."
 )
 LAST_K = 5
-"""Rounds averaged by the "last k" headline number (fewer when the run is shorter)."""
+"""Rounds averaged by the "last k" headline number: 5 smooths a lucky round yet stays near the end."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +150,7 @@ class Headline:
 
 
 def headline(run: Run, k: int = LAST_K) -> Headline:
+    """The run's final score, last-round population mean and last-``k`` mean of the best member."""
     frame = run.frame
     last = frame[frame["round"] == frame["round"].max()]
     best = best_rows(frame).tail(k)
@@ -188,7 +201,8 @@ def _run_summary(run: Run, k: int) -> str:
         f"seed {settings.get('seed', 'n/a')}.", "",
         f"**Final score: train {_fmt(train)}, test {_fmt(test)}** (member {best}). "
         f"Population mean in the last round: train {_fmt(head.population[0])}, test {_fmt(head.population[1])}. "
-        f"Best member over the last {head.k} rounds: train {_fmt(head.last_k[0])}, test {_fmt(head.last_k[1])}.", "",
+        f"Best member's mean over the last {head.k} rounds: train {_fmt(head.last_k[0])}, "
+        f"test {_fmt(head.last_k[1])}.", "",
         _markdown_table(header, rows), "",
         "Scores and configs are the members' in the last round. " + FINAL_SCORE_NOTE, "",
     ])
@@ -263,9 +277,10 @@ def _comparison_table(env: str, groups: dict[str, list[Run]], k: int) -> str:
         f"# Final scores on {env}", "",
         _markdown_table(["strategy", "n runs", "best member: train", "best member: test",
                          "population mean: train", "population mean: test",
-                         f"best member, last {k} rounds: train", f"best member, last {k} rounds: test"], rows), "",
+                         f"best member, mean of last {k} rounds: train",
+                         f"best member, mean of last {k} rounds: test"], rows), "",
         FINAL_SCORE_NOTE + " Mean ± sample standard deviation (ddof=1) over runs; "
-        "n/a where no run has a score; `(k of n)` where only k runs have one.", "",
+        "n/a where no run has a score; `(m of n)` where only m runs have one.", "",
         "Runs:", *runs, "",
     ])
 
@@ -306,6 +321,8 @@ def generate(run_dirs: Sequence[Path], out: Path | None, k: int = LAST_K) -> Ite
     Folders this command wrote (``comparison.md``, no ``config.yaml``) are skipped
     with a note, so ``python -m pbx.report runs/*`` works again after the first time.
     """
+    if k < 1:
+        raise UsageError(f"--last-k must be at least 1, got {k}")
     run_dirs = [path for path in run_dirs if not _is_report_folder(path)]
     if not run_dirs:
         raise UsageError("no run folders left after skipping report folders")
@@ -336,9 +353,10 @@ def _parser() -> argparse.ArgumentParser:
         description="Plots and summary tables for pbx runs. Each run gets RUN_DIR/report/ (scores.png, "
                     "schedules.png, summary.md); several runs also get a comparison per strategy "
                     "(comparison.png, comparison.md). Prints the paths written.",
-        epilog="Final score of a run: the best member's train score in the last round, and that member's "
-               "test score. Example: python -m pbx.report runs/toy-PB2-s0 runs/toy-PBT-s0 "
-               "--out results/toy",
+        epilog="Headline numbers of a run: the best member's train score in the last round and that "
+               "member's test score; the population mean of the last round (like for like across "
+               "strategies); the best member's mean over the last K rounds. Example: python -m pbx.report "
+               "runs/toy-PB2-s0 runs/toy-PBT-s0 --out results/toy",
     )
     parser.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", type=Path,
                         help="a run folder holding config.yaml and history.csv")
@@ -354,8 +372,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.last_k < 1:
-            raise UsageError(f"--last-k must be at least 1, got {args.last_k}")
         for path in generate(args.run_dirs, args.out, args.last_k):
             print(path, flush=True)
     except (UsageError, OSError) as err:

@@ -25,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Collection, Iterator
 
 from pbx.errors import UsageError
 
@@ -97,9 +97,15 @@ class RunDir:
     def checkpoint(self, member: int, round_: int) -> Path:
         return self.checkpoints / f"member_{member}.r{round_}.ckpt"
 
-    def prune_checkpoints(self, keep_round: int) -> None:
-        """Delete every checkpoint not of ``keep_round`` (older ones, or newer ones a kill left half written)."""
+    def prune_checkpoints(self, keep_round: int, members: Collection[int] | None = None) -> None:
+        """Delete every checkpoint not of ``keep_round`` (older ones, or newer ones a kill left half written).
+
+        ``members``: only theirs. An MPI rank prunes its own members' files only: on a
+        shared file system another rank may already be writing the next round's.
+        """
         for f in self.checkpoints.iterdir():
-            match = _CKPT.match(f.name)
-            if (match and int(match.group(2)) != keep_round) or f.name.endswith(".tmp"):
+            match = _CKPT.match(f.name.removesuffix(".tmp"))
+            if match is None or (members is not None and int(match.group(1)) not in members):
+                continue
+            if int(match.group(2)) != keep_round or f.name.endswith(".tmp"):
                 f.unlink(missing_ok=True)

@@ -83,6 +83,9 @@ class Categorical:
     def __post_init__(self) -> None:
         if len(self.choices) == 0:
             raise UsageError("a categorical parameter needs at least one choice, got an empty list")
+        odd = [c for c in self.choices if c is not None and not isinstance(c, (str, int, float))]
+        if odd:  # history.csv stores a choice as text and reads it back through this tuple
+            raise UsageError(f"categorical choices must be numbers, strings, booleans or null, got {odd[0]!r}")
         if len(set(self.choices)) != len(self.choices):
             raise UsageError(f"categorical choices must be distinct, got {list(self.choices)}")
         if len({str(c) for c in self.choices}) != len(self.choices):

@@ -4,6 +4,7 @@
     python -m pbx.train --search PBT --env bigfish -m n_envs=16 eval_episodes=10
     python -m pbx.train --config experiments/X.yaml -m pop_size=8 t_ready=250000
     python -m pbx.train --resume runs/NAME
+    mpiexec -n 8 python -m pbx.train --search PB2 --env bigfish
 
 Flag names follow the PB2 authors' ProcGen code (``--search``, ``--batchsize``,
 ``--t_ready``, ``--max_budget``); dashed spellings work too. Any setting of any
@@ -14,20 +15,26 @@ and exits with code 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
 import logging
 import math
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from pbx.config import RunConfig, RunSettings, load_yaml, parse_override, resolve
 from pbx.errors import ArgumentParser, UsageError
 from pbx.history import History, best_rows
 from pbx.run_dir import RunDir
+from pbx.runners.mpi import MPIRunner, abort, world
 from pbx.runners.sync import SyncRunner
+
+if TYPE_CHECKING:
+    from mpi4py.MPI import Intracomm
 
 # Flags that map one-to-one onto run settings: (flag spellings, setting name, type, help).
 RUN_FLAGS: list[tuple[tuple[str, ...], str, type, str]] = [
@@ -43,6 +50,9 @@ RUN_FLAGS: list[tuple[tuple[str, ...], str, type, str]] = [
     (("--space",), "space", str, "search-space YAML: a path or a file name in pbx/search_spaces/"),
     (("--device",), "device", str, "auto (a GPU when there is one), cpu or cuda"),
     (("--name",), "name", str, "run name"),
+    (("--runner",), "runner", str, "auto (MPI under mpiexec with several ranks), sync or mpi"),
+    (("--comm",), "comm", str, "MPI checkpoint transfer: p2p (send/recv, only the pairs that copy) or collective "
+                               "(broadcast from the donor)"),
 ]
 
 
@@ -54,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(*flags, dest=dest, type=kind, default=None, help=f"{text}{_default(dest)}")
     p.add_argument("--run-dir", "--run_dir", dest="run_dir", default=None,
                    help="run folder (default: runs/<name>)")
-    p.add_argument("--config", default=None, help="experiment YAML (sections run/strategy/member, or flat keys)")
+    p.add_argument("--config", default=None,
+                   help="experiment YAML (sections run/strategy/member, or flat keys), or a run's config.yaml "
+                        "(rebuilds that run as a new one, under a new name)")
     p.add_argument("--pbt_resample", "--pbt-resample", dest="resample_prob", type=float, default=None,
                    help="probability that PBT's explore redraws a value from the prior (strategy resample_prob)")
     p.add_argument("-m", dest="overrides", nargs="+", action=_Overrides, default=[], metavar="KEY=VALUE",
@@ -86,49 +98,103 @@ def _default(dest: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    comm = world()
+    if comm is not None and comm.Get_rank() > 0:
+        return _follow(argv, comm)
     args = build_parser().parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     # A scheduler's SIGTERM (end of a job's time) stops the run like Ctrl-C: envs closed, resume hint printed.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    run_dir = None
+    run_dir, shared = None, False
     try:
-        cfg, run_dir, changed = _setup(args)
+        cfg, run_dir, changed, mpi = _setup(args, comm)
+        size = comm.Get_size() if comm is not None else 1
         with run_dir.lock():
             if changed:
                 cfg.write(run_dir.config)
-            print(_start_line(cfg, run_dir), flush=True)
-            history = SyncRunner(cfg, run_dir).run()
+            if comm is not None:
+                comm.bcast((cfg.to_dict(), run_dir.path) if mpi else None, root=0)
+                shared = True
+            print(_start_line(cfg, run_dir, size if mpi else 1), flush=True)
+            history = (MPIRunner(cfg, run_dir, comm) if mpi and comm is not None else SyncRunner(cfg, run_dir)).run()
+            assert history is not None  # this process is the coordinator
     except KeyboardInterrupt:
         hint = f"; continue with --resume {run_dir.path}" if run_dir is not None else ""
         print(f"\ninterrupted: finished rounds are saved{hint}", file=sys.stderr)
         return 130
     except UsageError as err:
+        if comm is not None and not shared:
+            comm.bcast(None, root=0)  # the other ranks wait for the run: there is none
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(_summary(history, run_dir))
     return 0
 
 
-RESUMABLE = ("max_budget", "eval_every", "eval_episodes", "device")
+def _follow(argv: Sequence[str] | None, comm: Intracomm) -> int:
+    """An MPI rank other than 0: train its members of the run rank 0 set up (and reports on)."""
+    with contextlib.redirect_stderr(io.StringIO()):  # rank 0 prints what is wrong with the command line
+        build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    shared = comm.bcast(None, root=0)
+    if shared is None:
+        return 2  # rank 0 refused the input (or runs without MPI) and said why
+    raw, path = shared
+    try:
+        history = MPIRunner(resolve([raw]), RunDir(path), comm).run()
+    except KeyboardInterrupt:
+        return 130
+    except UsageError as err:  # the run's config does not hold on this rank's machine (an env, a GPU)
+        abort(f"rank {comm.Get_rank()}: {err}", 2)
+    assert history is None
+    return 0
+
+
+def _use_mpi(cfg: RunConfig, comm: Intracomm | None) -> bool:
+    """Whether to run under MPI: ``--runner`` against how the process was started and the population."""
+    size = comm.Get_size() if comm is not None else 1
+    if cfg.run.runner == "mpi" and comm is None:
+        raise UsageError("--runner mpi needs an MPI launcher: start with mpiexec -n N python -m pbx.train ... "
+                         "(or srun under Slurm)")
+    if cfg.run.runner == "sync" and size > 1:
+        raise UsageError(f"--runner sync under an MPI launcher with {size} ranks would train the population "
+                         f"{size} times: drop --runner sync, or start without mpiexec")
+    if cfg.run.pop_size < size:
+        raise UsageError(f"population {cfg.run.pop_size} is smaller than the {size} MPI ranks: every rank needs "
+                         f"a member (raise --batchsize or start fewer ranks)")
+    return cfg.run.runner == "mpi" or size > 1
+
+
+RESUMABLE = ("max_budget", "eval_every", "eval_episodes", "device", "runner", "comm")
 """Settings a resumed run may change: none of them changes a decision already taken."""
 
 
-def _setup(args: argparse.Namespace) -> tuple[RunConfig, RunDir, bool]:
-    """The run's config and folder, and whether its config.yaml is to be (re)written (under the folder's lock)."""
+def _setup(args: argparse.Namespace, comm: Intracomm | None) -> tuple[RunConfig, RunDir, bool, bool]:
+    """The run's config and folder, whether its config.yaml is to be (re)written (under the folder's lock),
+    and whether to run under MPI; every check is made before a new folder is created.
+
+    Under an MPI launcher with several ranks the population defaults to one member
+    per rank (at least the usual 4), so ``mpiexec -n 8`` trains 8 members.
+    """
+    ranks = comm.Get_size() if comm is not None else 1
     flags = {dest: getattr(args, dest) for _, dest, _, _ in RUN_FLAGS if getattr(args, dest) is not None}
     strategy = {"resample_prob": args.resample_prob} if args.resample_prob is not None else {}
     if args.resume is not None:
-        return _resume(args, flags, strategy)
+        cfg, run_dir, changed = _resume(args, flags, strategy)
+        return cfg, run_dir, changed, _use_mpi(cfg, comm)
     layers = [load_yaml(args.config)] if args.config else []
     if layers and isinstance(layers[0].get("space"), dict):
         # A run's own config.yaml: rebuild the run under a new name, not into the folder it came from.
         layers[0] = {**layers[0], "run": {k: v for k, v in (layers[0].get("run") or {}).items() if k != "name"}}
+    if ranks > 1:
+        layers.insert(0, {"run": {"pop_size": max(RunSettings.pop_size, ranks)}})
     cfg = resolve([*layers, {"run": flags, "strategy": strategy}], args.overrides)
+    mpi = _use_mpi(cfg, comm)
     if cfg.run.name is None:
         cfg.run.name = f"{cfg.run.env}-{cfg.run.search}-s{cfg.run.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = RunDir(Path(args.run_dir) if args.run_dir else Path("runs") / cfg.run.name)
     run_dir.create()
-    return cfg, run_dir, True
+    return cfg, run_dir, True, mpi
 
 
 def _resume(args: argparse.Namespace, flags: dict[str, object],
@@ -151,16 +217,17 @@ def _resume(args: argparse.Namespace, flags: dict[str, object],
     return cfg, run_dir, cfg.to_dict() != old.to_dict()
 
 
-def _start_line(cfg: RunConfig, run_dir: RunDir) -> str:
+def _start_line(cfg: RunConfig, run_dir: RunDir, ranks: int = 1) -> str:
     """What will be trained; a member that rounds a round's steps (PPO: whole rollouts) says what it really trains."""
     run = cfg.run
-    line = (f"pbx: {run.search} on {run.env}, {run.pop_size} members x {run.max_budget:,} steps "
+    where = f" on {ranks} MPI ranks ({run.comm})" if ranks > 1 else ""
+    line = (f"pbx: {run.search} on {run.env}, {run.pop_size} members{where} x {run.max_budget:,} steps "
             f"({run.rounds} rounds of {run.t_ready:,}), seed {run.seed} -> {run_dir.path}")
-    assert run.t_ready is not None and run.max_budget is not None
-    per_round = cfg.member_cls.round_steps(cfg.member, run.t_ready)
-    if per_round != run.t_ready or cfg.total_steps() != run.max_budget:
-        line += (f"\nnote: t_ready is not whole rollouts: each member trains {per_round:,} steps per round, "
-                 f"{cfg.total_steps():,} in total")
+    trained = [cfg.trained_steps(r) for r in range(run.rounds)]
+    if trained != [cfg.round_steps(r) for r in range(run.rounds)]:
+        last = f" ({trained[-1]:,} in the last)" if trained[-1] != trained[0] else ""
+        line += (f"\nnote: t_ready or max_budget is not whole rollouts: each member really trains "
+                 f"{trained[0]:,} steps per round{last}, {cfg.total_steps():,} in total")
     return line
 
 

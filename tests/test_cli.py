@@ -11,9 +11,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from pbx.config import load_yaml, resolve
-from pbx.errors import UsageError
-from pbx.train import main
+from pbx.config import resolve
+from pbx.train import build_parser, main
 
 from conftest import start_train
 
@@ -106,15 +105,8 @@ def test_unknown_search_in_a_subprocess_has_no_traceback() -> None:
     assert proc.stderr == "error: unknown --search 'PB3'; choose from none, random, PBT, PB2 (any case; Fixed = none)\n"
 
 
-@pytest.mark.parametrize("experiment", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.name)
-def test_shipped_experiment_files_resolve(experiment: Path) -> None:
-    cfg = resolve([load_yaml(experiment)])
-    assert cfg.run.env == "bigfish" and cfg.run.rounds >= 3
-
-
-@pytest.mark.parametrize("spelling, name", [("pb2", "PB2"), ("Fixed", "none"), ("Random", "random"), ("NONE", "none")])
-def test_search_takes_the_reference_spellings(spelling: str, name: str) -> None:
-    assert resolve([{"run": {"env": "toy", "search": spelling}}]).run.search == name
+def test_batchsize_says_it_is_the_population_size() -> None:
+    assert "population size (not PPO's batch_size)" in " ".join(build_parser().format_help().split())
 
 
 def test_reference_aliases_set_quantile_and_resample_prob(tmp_path) -> None:
@@ -123,25 +115,6 @@ def test_reference_aliases_set_quantile_and_resample_prob(tmp_path) -> None:
                  "--max_budget", "8", "--run-dir", str(run_dir)]) == 0
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["run"]["quantile"] == 0.5 and config["strategy"]["resample_prob"] == 0.1
-
-
-def test_a_key_of_two_sections_needs_its_section() -> None:
-    from pbx.config import _route
-
-    import dataclasses
-
-    one = dataclasses.make_dataclass("One", [("seed", int)])
-    two = dataclasses.make_dataclass("Two", [("seed", int)])
-    with pytest.raises(UsageError, match="'seed' is a setting of the run and the member sections; say which: "
-                                         "run.seed, member.seed"):
-        _route("seed", {"run": one, "member": two}, "PBT", "toy")
-    assert _route("member.seed", {"run": one, "member": two}, "PBT", "toy") == ("member", "seed")
-
-
-def test_an_override_of_a_searched_hyperparameter_is_refused(capsys) -> None:
-    with pytest.raises(UsageError, match="-m learning_rate=... has no effect: learning_rate is in the search space"):
-        resolve([{"run": {"env": "CartPole-v1", "search": "none"}}], ["learning_rate=1e-4"])
-    resolve([{"run": {"env": "CartPole-v1", "search": "none"}}], ["vf_coef=0.7"])  # not searched: fine
 
 
 def test_space_flag_replaces_the_inline_space_of_a_run_config(tmp_path) -> None:
@@ -168,9 +141,15 @@ def test_resume_may_extend_the_budget_and_nothing_that_changes_decisions(tmp_pat
     assert main(["--resume", str(run_dir), "-m", "max_budget=16", "eval_every=2"]) == 0
     history = pd.read_csv(run_dir / "history.csv")
     assert history["round"].max() == 3 and history["steps"].max() == 16
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["run"]["eval_every"] == 2
     capsys.readouterr()
     assert main(["--resume", str(run_dir), "-m", "t_ready=8"]) == 2
-    assert "may change only max_budget, eval_every, eval_episodes, device, not t_ready" in capsys.readouterr().err
+    assert "may change only max_budget, eval_every, eval_episodes, device, runner, comm, not t_ready" in \
+        capsys.readouterr().err
+    assert main(["--resume", str(run_dir), "--max_budget", "12"]) == 2
+    assert "--resume may extend max_budget, not cut it: 12 < 16" in capsys.readouterr().err
+    assert main(["--resume", str(run_dir), "--max_budget", "20", "--device", "cpu"]) == 0
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["run"]["max_budget"] == 20
 
 
 def test_start_line_says_what_ppo_really_trains(tmp_path) -> None:
@@ -180,7 +159,13 @@ def test_start_line_says_what_ppo_really_trains(tmp_path) -> None:
     cfg = resolve([{"run": {"env": "CartPole-v1", "t_ready": 100, "max_budget": 300},
                     "member": {"n_envs": 2, "n_steps": 32, "batch_size": 32}}])
     line = _start_line(cfg, RunDir(tmp_path))
-    assert "each member trains 128 steps per round, 384 in total" in line  # 100 -> 2 rollouts of 64
+    assert "each member really trains 128 steps per round, 384 in total" in line  # 100 -> 2 rollouts of 64
+    cfg = resolve([{"run": {"env": "CartPole-v1", "t_ready": 128, "max_budget": 300},
+                    "member": {"n_envs": 2, "n_steps": 32, "batch_size": 32}}])
+    assert "128 steps per round (64 in the last), 320 in total" in _start_line(cfg, RunDir(tmp_path))
+    whole = resolve([{"run": {"env": "CartPole-v1", "t_ready": 128, "max_budget": 384},
+                      "member": {"n_envs": 2, "n_steps": 32, "batch_size": 32}}])
+    assert "note" not in _start_line(whole, RunDir(tmp_path))
 
 
 def test_a_run_folder_in_use_is_locked(tmp_path) -> None:

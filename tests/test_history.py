@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from pbx.errors import UsageError
-from pbx.history import BASE_COLUMNS, History, HistoryLog, Row
+from pbx.history import BASE_COLUMNS, History, HistoryLog, Row, read_csv
 from pbx.space import Categorical, Continuous, Space
 
 SPACE = Space({"h0": Continuous(0.0, 1.0), "lr": Continuous(0.0, 1.0), "aug": Categorical(("crop", "flip"))})
@@ -82,7 +82,8 @@ def test_a_hole_in_an_earlier_round_is_a_damaged_file(tmp_path) -> None:
         HistoryLog(path, SPACE, 2)
 
 
-@pytest.mark.parametrize("choices", [(None, "crop"), ("NA", "null", "nan", "None"), (1, "crop"), (0.5, 2, True)])
+@pytest.mark.parametrize("choices", [(None, "crop"), ("NA", "null", "nan", "None"), ("", " ", "N/A"), (1, "crop"),
+                                     (0.5, 2, True)])
 def test_categorical_choices_round_trip_with_their_types(tmp_path, choices) -> None:
     space = Space({"h0": Continuous(0.0, 1.0), "aug": Categorical(choices)})
     path = tmp_path / "history.csv"
@@ -93,3 +94,37 @@ def test_categorical_choices_round_trip_with_their_types(tmp_path, choices) -> N
     values = [back.config_of(row)["aug"] for _, row in back.latest().iterrows()]
     assert values == list(choices) and [type(v) for v in values] == [type(c) for c in choices]
     assert back.frame["h0"].iloc[0] == 0.1 + 0.2
+
+
+def test_read_csv_with_the_space_gives_back_the_choices_the_run_logged(tmp_path) -> None:
+    space = Space({"h0": Continuous(0.0, 1.0), "aug": Categorical((None, "NA", 1))})
+    path = tmp_path / "history.csv"
+    HistoryLog(path, space, 3).append([Row(member=m, round=0, steps=4, wall_s=0.0, score=1.0, test_score=math.nan,
+                                           parent=m, explored=False, config={"h0": 1 / 3, "aug": c})
+                                       for m, c in enumerate(space.params["aug"].choices)])
+    frame = read_csv(path, space)  # what a report reads
+    assert list(frame["aug"]) == [None, "NA", 1] and type(frame["aug"].iloc[2]) is int
+    assert frame["h0"].iloc[0] == 1 / 3
+
+
+def test_read_csv_of_a_live_run_leaves_out_the_line_being_written(tmp_path) -> None:
+    path = tmp_path / "history.csv"
+    HistoryLog(path, SPACE, 2).append([_row(0, 0, 1.0, 0.5), _row(1, 0, 2.0, 0.5)])
+    with open(path, "a") as f:
+        f.write("0,1,8,0.")
+    assert read_csv(path, SPACE)["round"].tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda line: line.rsplit(",", 1)[0], "row 1 has 10 fields, not 11"),
+    (lambda line: line + ",extra", "row 1 has 12 fields, not 11"),
+    (lambda line: line.replace(",False,", ",Fals,"), "explored takes True or False, not 'Fals'"),
+    (lambda line: line.replace(",crop", ",cro"), "aug takes ['cro'], not among its choices"),
+])
+def test_a_damaged_row_before_the_last_is_an_error_not_skipped(tmp_path, damage, message) -> None:
+    path = tmp_path / "history.csv"
+    HistoryLog(path, SPACE, 2).append([_row(0, 0, 1.0, 0.5), _row(1, 0, 2.0, 0.5)])
+    header, first, second = path.read_text().splitlines()
+    path.write_text(f"{header}\n{damage(first)}\n{second}\n")
+    with pytest.raises(UsageError, match="history.csv: .*" + message.replace("[", "\\[").replace("]", "\\]")):
+        HistoryLog(path, SPACE, 2)

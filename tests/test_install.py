@@ -14,13 +14,16 @@ TINY_BIGFISH = ["--env", "bigfish", "--batchsize", "2", "--t_ready", "64", "--ma
 
 
 def test_a_built_package_trains_toy_and_bigfish_from_another_folder(tmp_path: Path) -> None:
+    # What the build reads, copied so pip's build files land in the copy, not in the working tree.
     source = tmp_path / "source"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "runs", "build", "*.egg-info",
-                                                                "__pycache__", ".pytest_cache"))
+    shutil.copytree(ROOT / "pbx", source / "pbx", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     target = tmp_path / "site"
     # The dependencies are this environment's; what is tested is the package pip builds from the project.
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                     "--target", str(target), str(source)], check=True, capture_output=True, timeout=300)
+    assert (target / "pbx" / "search_spaces" / "ppo_procgen.yaml").is_file()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {**os.environ, "PYTHONPATH": str(target)}

@@ -7,11 +7,13 @@ reward normaliser), not at the attribute a careless apply would set.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from pathlib import Path
 from typing import Any, Iterator
 
+import gymnasium
 import numpy as np
 import pytest
 import torch
@@ -31,12 +33,57 @@ ROLLOUT = TINY["n_envs"] * TINY["n_steps"]
 PROCGEN_CONFIG = {"ent_coef": 0.01, "learning_rate": 5e-4, "clip_range": 0.2}
 NEW_CONFIG = {"learning_rate": 2e-5, "clip_range": 0.1, "clip_range_vf": 0.3, "ent_coef": 0.05, "vf_coef": 0.7,
               "max_grad_norm": 0.9, "gamma": 0.95, "gae_lambda": 0.9, "n_epochs": 1, "batch_size": 8}
+CLASSIC_CONFIG = Space.load(SPACES / "ppo_classic.yaml").initial()
+
+
+class ActionPaysEnv(gymnasium.Env):
+    """Episodes of exactly ``length`` steps (endless with 0) paying the action taken (0 or 1) each step.
+
+    A policy that always takes action 1 scores ``length`` per episode, one that takes 0 scores 0:
+    two policies whose returns differ by construction, with episode ends known to the step.
+    """
+
+    metadata = {"render_modes": ["rgb_array"]}  # SB3's make_vec_env asks for rgb_array
+
+    def __init__(self, length: int, image: bool = False, render_mode: str | None = None) -> None:
+        self.length = length
+        self.render_mode = render_mode
+        self.action_space = gymnasium.spaces.Discrete(2)
+        # an image channels last, as most gymnasium image envs give them
+        self.observation_space = (gymnasium.spaces.Box(0, 255, (8, 8, 3), np.uint8) if image
+                                  else gymnasium.spaces.Box(0.0, 1.0, (1,), np.float32))
+        self.obs = np.zeros(self.observation_space.shape, self.observation_space.dtype)
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self.obs.copy(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        return self.obs.copy(), float(action), self.t == self.length, False, {}
+
+
+EPISODE = 12
+FIXED = "pbx-test/ActionPays-v0"
+gymnasium.register(FIXED, entry_point=ActionPaysEnv, kwargs={"length": EPISODE})
+ENDLESS_IMAGE = "pbx-test/EndlessImage-v0"  # no time limit: registered without max_episode_steps
+gymnasium.register(ENDLESS_IMAGE, entry_point=ActionPaysEnv, kwargs={"length": 0, "image": True})
 
 
 def make_member(seed: int = 0, env: str = "bigfish", config: dict[str, Any] | None = None,
-                log_dir: Path | None = None, **settings: Any) -> PPOMember:
-    context = MemberContext(env=env, index=seed, seed=seed, device="cpu", log_dir=log_dir)
+                log_dir: Path | None = None, index: int | None = None, **settings: Any) -> PPOMember:
+    context = MemberContext(env=env, index=seed if index is None else index, seed=seed, device="cpu",
+                            log_dir=log_dir)
     return PPOMember(context, PPOSettings(**{**TINY, **settings}), dict(config or PROCGEN_CONFIG))
+
+
+def always(member: PPOMember, action: int) -> PPOMember:
+    """Make ``member``'s MLP policy take ``action`` (with probability 1 - e^-40): a policy known in advance."""
+    with torch.no_grad():
+        member.model.policy.action_net.bias.copy_(torch.tensor([20.0, -20.0] if action == 0 else [-20.0, 20.0]))
+    return member
 
 
 def weights(member: PPOMember) -> dict[str, torch.Tensor]:
@@ -155,9 +202,10 @@ def test_exploit_copies_the_donor_and_then_trains_with_the_new_config(donor_file
 
 def test_exploit_keeps_the_recipients_own_envs_and_random_stream(donor_file: Path) -> None:
     """Copying the learner must not make the recipient replay the donor's next rollout."""
-    donor = make_member(seed=1)  # the member that wrote donor_file, resumed: a full restore
+    donor = make_member(seed=1, index=5)  # the member that wrote donor_file, resumed under another index
     donor.load(donor_file, own=True)
-    recipient = make_member(seed=2)
+    # the file's member index is the recipient's own (as after an MPI re-index): only the flag decides
+    recipient = make_member(seed=2, index=1)
     recipient.train(ROLLOUT)
     own_returns = recipient._reward_norm.returns.copy()
     recipient.load(donor_file, own=False)
@@ -190,29 +238,24 @@ def test_save_load_train_equals_training_on(env: str, config: dict[str, Any] | N
     assert resumed.steps == original.steps == 4 * ROLLOUT
 
 
-def test_a_recipient_is_not_scored_on_play_from_before_the_copy(tmp_path: Path) -> None:
-    """Reward earned before an exploit (here 1e6 per env, as if by a very different policy) never reaches a score."""
-    config = Space.load(SPACES / "ppo_classic.yaml").initial()
-    donor = make_member(seed=11, env="CartPole-v1", config=config)
-    donor.train(2 * ROLLOUT)
+def test_a_recipient_is_scored_only_on_episodes_started_after_the_copy(tmp_path: Path) -> None:
+    """The recipient's envs are mid-episode at the copy: that episode mixes both policies and is left out."""
+    donor = always(make_member(seed=11, env=FIXED, config=CLASSIC_CONFIG), action=1)
+    assert donor.train(ROLLOUT) == EPISODE  # 16 steps per env: one whole episode, then 4 steps of the next
     donor.save(tmp_path / "donor.pt")
-    recipient = make_member(seed=12, env="CartPole-v1", config=config)
-    recipient.train(ROLLOUT)
-    in_progress = ~recipient.model._last_episode_starts
-    assert in_progress.any()
-    for env in recipient._venv.envs:  # each env's Monitor sums this list into the episode's return
-        env.rewards.append(1e6)
+    recipient = always(make_member(seed=12, env=FIXED, config=CLASSIC_CONFIG), action=0)
+    assert recipient.train(ROLLOUT) == 0.0  # and 4 steps, paid 0, into its next episode
     recipient.load(tmp_path / "donor.pt", own=False)
-    scores = [recipient.train(8 * ROLLOUT) for _ in range(2)]  # 128 steps per env: whole episodes too
-    assert any(math.isfinite(s) for s in scores)
-    assert all(s < 1e5 for s in scores if math.isfinite(s)), scores
+    # 32 steps per env: the episode in progress ends at step 8 (paid 4 x 0 + 8 x 1), then two whole ones
+    assert recipient.train(2 * ROLLOUT) == EPISODE  # not the mean of 8, 12, 12 per env
 
 
 def test_a_round_without_a_whole_episode_says_why_its_score_is_nan() -> None:
-    member = make_member(seed=5)  # bigfish episodes last hundreds of steps; a round here is 16 per env
-    member.train(ROLLOUT)
+    member = always(make_member(seed=5, env=FIXED, config=CLASSIC_CONFIG), action=1)
+    assert member.train(ROLLOUT) == EPISODE  # every env starts fresh: steps 1-12 are a whole episode
+    # steps 13-16 and 1-8 of this round finish each env's episode, and 9-16 start one that does not end
     assert math.isnan(member.train(ROLLOUT))
-    assert member.score_note() == "no episode both started and ended in the round (0 in progress at its start left out)"
+    assert member.score_note() == "no episode both started and ended in the round (2 in progress at its start left out)"
 
 
 def test_evaluation_uses_the_rounds_seed_and_can_be_off(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -226,29 +269,70 @@ def test_evaluation_uses_the_rounds_seed_and_can_be_off(monkeypatch: pytest.Monk
     assert math.isnan(off.evaluate(7))
 
 
-def test_a_diverging_update_raises_diverged_and_keeps_the_last_good_state(tmp_path: Path) -> None:
-    member = make_member(seed=8, env="CartPole-v1", config=Space.load(SPACES / "ppo_classic.yaml").initial())
+def test_non_finite_weights_test_nan_instead_of_raising() -> None:
+    """A file written by a member that diverged outside a guarded update (or edited by hand) must not
+    crash the round in evaluation: SB3's Categorical refuses NaN logits."""
+    member = make_member(seed=3)
+    poison(member.model.policy.parameters())
+    assert math.isnan(member.evaluate(7))
+
+
+def test_a_channels_last_image_env_trains_and_its_evaluation_cannot_hang() -> None:
+    """A gymnasium image env: SB3 transposes it for the CNN, first observations included; with no
+    time limit, evaluation stops at eval_max_steps and says so instead of looping for ever."""
+    member = make_member(seed=4, env=ENDLESS_IMAGE, config=CLASSIC_CONFIG, eval_max_steps=50)
+    assert member.model._last_obs.shape == (TINY["n_envs"], 3, 8, 8)
+    assert math.isnan(member.train(ROLLOUT))
+    with pytest.warns(UserWarning, match="evaluation stopped at eval_max_steps=50 vector steps with 0 of 2 test"):
+        assert math.isnan(member.evaluate(0))
+
+
+def poison(params: Iterator[torch.nn.Parameter]) -> None:
+    with torch.no_grad():
+        for param in params:
+            param.fill_(float("nan"))  # as an exploding learning rate would leave them
+
+
+@pytest.mark.parametrize("where", ["optimizer step", "after the last update"])
+def test_a_diverging_update_raises_diverged_and_keeps_the_last_good_state(
+        where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NaN weights in mid-update make the next forward pass raise (SB3's Categorical); NaN weights
+    left by the last update raise nothing and are caught by the finite check after learning."""
+    member = make_member(seed=8, env="CartPole-v1", config=CLASSIC_CONFIG)
     member.train(ROLLOUT)
-    good = weights(member)
-    optimizer = member.model.policy.optimizer
-    step = optimizer.step
-
-    def poisoned_step(*args: Any, **kwargs: Any) -> Any:
-        out = step(*args, **kwargs)
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                param.data.fill_(float("nan"))  # as an exploding learning rate would leave them
-        return out
-
-    optimizer.step = poisoned_step  # type: ignore[method-assign]
+    good, good_optimizer = weights(member), copy.deepcopy(member.model.policy.optimizer.state_dict())
+    model = member.model
+    owner, name = (model.policy.optimizer, "step") if where == "optimizer step" else (model, "train")
+    real = getattr(owner, name)
+    monkeypatch.setattr(owner, name, lambda *a, **k: (real(*a, **k), poison(model.policy.parameters()))[0])
     with pytest.raises(Diverged):
         member.train(ROLLOUT)
-    optimizer.step = step  # type: ignore[method-assign]
+    monkeypatch.undo()
     assert_same_tensors(weights(member), good)
+    assert_same_tensors(member.model.policy.optimizer.state_dict(), good_optimizer)
     assert member.steps == member.model.num_timesteps == 2 * ROLLOUT  # the steps were spent
     member.save(tmp_path / "m.pt")
     member.load(tmp_path / "m.pt", own=True)
+    assert member.steps == 2 * ROLLOUT
     assert math.isfinite(member.train(4 * ROLLOUT))
+
+
+def test_an_error_that_is_no_divergence_still_raises() -> None:
+    member = make_member(seed=8, env="CartPole-v1", config=CLASSIC_CONFIG)
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug, with information in the message")
+
+    member.model.policy.optimizer.step = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="a bug"):
+        member.train(ROLLOUT)
+
+
+def edit_checkpoint(path: Path, **changes: Any) -> None:
+    """Rewrite a checkpoint with keys changed (None: removed)."""
+    state = torch.load(path, weights_only=False)
+    state.update(changes)
+    torch.save({k: v for k, v in state.items() if v is not None}, path)
 
 
 @pytest.mark.parametrize("damage, match", [
@@ -257,6 +341,10 @@ def test_a_diverging_update_raises_diverged_and_keeps_the_last_good_state(tmp_pa
     (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "unreadable checkpoint"),
     (lambda p: torch.save({"format": 99}, p), "not a pbx PPO checkpoint of format 1 \\(found 99\\)"),
     (lambda p: torch.save([1, 2], p), "not a pbx PPO checkpoint"),
+    (lambda p: p.write_text("not a checkpoint"), "unreadable checkpoint"),
+    (lambda p: edit_checkpoint(p, policy=None), "checkpoint lacks \\['policy'\\]"),
+    (lambda p: edit_checkpoint(p, env="coinrun"), "trained on coinrun with 2 envs; this member runs bigfish with 2"),
+    (lambda p: edit_checkpoint(p, n_envs=4), "trained on bigfish with 4 envs; this member runs bigfish with 2"),
 ])
 def test_a_damaged_checkpoint_is_a_one_line_usage_error(damage: Any, match: str, tmp_path: Path) -> None:
     member = make_member(seed=2)
@@ -268,21 +356,37 @@ def test_a_damaged_checkpoint_is_a_one_line_usage_error(damage: Any, match: str,
     assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
-def test_deterministic_setting_trains() -> None:
+def test_a_checkpoint_is_on_disk_when_save_returns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    member = make_member(seed=2, env="CartPole-v1", config=CLASSIC_CONFIG)
+    synced: list[str] = []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), fsync(fd))[1])
+    member.save(tmp_path / "m.pt")
+    assert synced == [str(tmp_path / "m.pt.tmp"), str(tmp_path)]  # the data, then the folder after the rename
+    assert [f.name for f in tmp_path.iterdir()] == ["m.pt"]
+
+
+def test_deterministic_setting_trains(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # monkeypatch restores all three afterwards
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", False)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
     member = make_member(seed=2, deterministic=True)
     try:
-        member.train(ROLLOUT)
         assert torch.are_deterministic_algorithms_enabled() and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        member.train(ROLLOUT)
+        assert all(torch.isfinite(w).all() for w in weights(member).values())
     finally:
         torch.use_deterministic_algorithms(False)
 
 
 def test_train_rounds_steps_to_whole_rollouts() -> None:
     member = make_member(seed=6)
-    member.train(ROLLOUT // 3)  # less than half a rollout: still one
-    assert member.steps == ROLLOUT
-    member.train(int(2.4 * ROLLOUT))
-    assert member.steps == 3 * ROLLOUT == member.model.num_timesteps
+    for asked, rollouts in [(ROLLOUT // 3, 1), (int(2.4 * ROLLOUT), 2), (int(1.6 * ROLLOUT), 2)]:
+        before = member.steps
+        member.train(asked)
+        assert member.steps - before == PPOMember.round_steps(member.settings, asked) == rollouts * ROLLOUT
+    assert member.steps == 5 * ROLLOUT == member.model.num_timesteps
 
 
 def test_train_and_test_envs_get_their_level_settings(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -84,12 +84,21 @@ def test_a_diverging_member_gets_a_nan_score_and_is_replaced(tmp_path) -> None:
     from pbx.runners.sync import SyncRunner
 
     class Poisoned(PPOMember):
-        """Member 1's weights turn NaN before its second round: SB3 would raise inside learn()."""
+        """Member 1's weights turn NaN inside its second round's gradient update, as a huge step would do."""
 
         def train(self, steps: int) -> float:
             if self.context.index == 1 and self.steps == 64:
-                for p in self.model.policy.parameters():
-                    p.data.fill_(float("nan"))
+                update = self.model.train
+
+                def poisoned_update() -> None:
+                    update()
+                    for p in self.model.policy.parameters():
+                        p.data.fill_(float("nan"))
+                self.model.train = poisoned_update
+                try:
+                    return super().train(steps)
+                finally:
+                    del self.model.train
             return super().train(steps)
 
     cfg = resolve([{"run": {"env": "CartPole-v1", "search": "PBT", "pop_size": 2, "t_ready": 64,
@@ -100,8 +109,9 @@ def test_a_diverging_member_gets_a_nan_score_and_is_replaced(tmp_path) -> None:
     run_dir.create()
     frame = SyncRunner(cfg, run_dir).run().frame.set_index(["member", "round"])
     assert np.isnan(frame.loc[(1, 1), "score"]) and np.isfinite(frame.loc[(0, 1), "score"])
-    # the NaN member copies the finite one at the next exploit and trains on: the run finishes
-    assert frame.loc[(1, 2), "parent"] == 0 and np.isfinite(frame.loc[(1, 2), "score"])
+    # the NaN member copies the finite one at the next exploit and trains on (a member with non-finite
+    # weights would test NaN): the run finishes
+    assert frame.loc[(1, 2), "parent"] == 0 and np.isfinite(frame.loc[(1, 2), "test_score"])
     assert frame.index.get_level_values("round").max() == 3
 
 

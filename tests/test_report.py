@@ -1,4 +1,5 @@
-"""``python -m pbx.report`` on synthetic run folders: files, numbers in the tables, grouping, bad input."""
+"""``python -m pbx.report`` on synthetic run folders and a real toy run: files, numbers in the tables, grouping,
+bad input."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ import pytest
 import yaml
 
 from pbx.history import History, HistoryLog, Row, best_rows
-from pbx.report import default_out, generate, headline, load_run, main, strategy_labels, write_comparison
+from pbx.report import LAST_K, default_out, headline, load_run, main, strategy_labels, write_comparison
 from pbx.space import Categorical, Continuous, Space
+
+from conftest import run_toy
 
 SPACE = Space({"lr": Continuous(1e-5, 1e-3, log=True), "aug": Categorical(("crop", "flip", "rotate")),
                "h0": Continuous(0.0, 1.0, default=0.5)})
@@ -64,13 +67,37 @@ def make_run(folder: Path, search: str, seed: int, env: str = "toy", selection: 
 
 def final_of(rows: list[Row]) -> tuple[float, float]:
     """The final score as the report defines it, computed here without pandas."""
-    last = [row for row in rows if row.round == max(r.round for r in rows)]
-    best = max(last, key=lambda row: (row.score, -row.member))
+    return best_of_round(rows, max(r.round for r in rows))
+
+
+def best_of_round(rows: list[Row], r: int) -> tuple[float, float]:
+    """(train, test) of round ``r``'s best-on-train member (these runs have no NaN train scores)."""
+    best = max((row for row in rows if row.round == r), key=lambda row: (row.score, -row.member))
     return best.score, best.test_score
 
 
+def finite_mean(values: list[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return statistics.mean(finite) if finite else math.nan
+
+
+def headline_of(rows: list[Row], k: int = LAST_K) -> list[float]:
+    """Best member's, population mean's and last-k (train, test), flat, computed here without pandas."""
+    last = max(r.round for r in rows)
+    population = [row for row in rows if row.round == last]
+    recent = [best_of_round(rows, r) for r in range(max(0, last + 1 - k), last + 1)]
+    return [*final_of(rows), finite_mean([row.score for row in population]),
+            finite_mean([row.test_score for row in population]),
+            finite_mean([train for train, _ in recent]), finite_mean([test for _, test in recent])]
+
+
 def mean_std_text(values: list[float]) -> str:
-    return f"{statistics.mean(values):.4g} ± {statistics.stdev(values):.4g}"
+    """The report's cell for ``values`` over runs: mean ± std of the finite ones, and how many if not all."""
+    finite = [v for v in values if not math.isnan(v)]
+    if not finite:
+        return "n/a"
+    text = f"{statistics.mean(finite):.4g}" + (f" ± {statistics.stdev(finite):.4g}" if len(finite) > 1 else "")
+    return text + (f" ({len(finite)} of {len(values)})" if len(finite) < len(values) else "")
 
 
 def table_row(markdown: str, label: str) -> list[str]:
@@ -122,21 +149,34 @@ def test_run_summary_names_best_member_and_final_score(runs: dict[Path, list[Row
     assert sum(1 for line in summary.splitlines() if line.startswith("| ")) == 2 + POP
 
 
-def test_comparison_table_has_mean_std_of_final_scores(runs: dict[Path, list[Row]],
-                                                       written: list[str]) -> None:
+def test_comparison_table_has_mean_std_of_the_headline_numbers(runs: dict[Path, list[Row]],
+                                                               written: list[str]) -> None:
+    """Best member, population mean and last-k mean, train and test, each mean ± std over the runs."""
     out = next(iter(runs)).parent / "report"
     table = (out / "comparison.md").read_text()
     assert {str(out / "comparison.md"), str(out / "comparison.png")} <= set(written)
+    header = table_row(table, "strategy")
+    assert header[2:] == ["best member: train", "best member: test", "population mean: train",
+                          "population mean: test", f"best member, mean of last {LAST_K} rounds: train",
+                          f"best member, mean of last {LAST_K} rounds: test"]
     for search in STRATEGIES:
-        finals = [final_of(rows) for path, rows in runs.items() if f"-{search}-" in path.name]
+        heads = [headline_of(rows) for path, rows in runs.items() if f"-{search}-" in path.name]
         cells = table_row(table, search)
         assert cells[1] == "3"
-        assert cells[2] == mean_std_text([train for train, _ in finals])
-        tested = [test for _, test in finals if not math.isnan(test)]
-        expected_test = mean_std_text(tested) + ("" if len(tested) == 3 else f" ({len(tested)} of 3)")
-        assert cells[3] == expected_test
+        assert cells[2:] == [mean_std_text([head[i] for head in heads]) for i in range(6)]
+    assert "(2 of 3)" in table_row(table, "PBT")[3]  # PBT seed 0 has no test score
     assert sum(line.startswith("| P") for line in table.splitlines()) == len(STRATEGIES)  # one row each
-    assert "no selection on the test set" in table
+    assert "no selection on the test set" in table and "Population mean: the mean over all members" in table
+
+
+def test_headline_numbers_differ_where_the_best_member_overstates(runs: dict[Path, list[Row]]) -> None:
+    """In these runs the best member is a maximum over members: the population mean is lower, and the
+    last-k mean averages rounds with a test score only (PB2 tests every third round)."""
+    path, rows = next((p, r) for p, r in runs.items() if "PB2" in p.name)
+    head = headline(load_run(path))
+    assert [*head.best, *head.population, *head.last_k] == pytest.approx(headline_of(rows), nan_ok=True)
+    assert head.population[0] < head.best[0] and head.k == LAST_K
+    assert head.last_k[1] == pytest.approx(statistics.mean(best_of_round(rows, r)[1] for r in (6, 9)))
 
 
 def test_best_member_ranks_nan_last_and_ties_to_lowest_id() -> None:
@@ -180,12 +220,13 @@ def test_bad_input_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixtu
         (str(tmp_path / "bad"),): "not valid YAML",
         (str(tmp_path / "toy"), str(tmp_path / "bigfish")): "different envs",
         (str(tmp_path / "toy"), str(tmp_path / "toy")): "more than once",
+        (str(tmp_path / "toy"), "--last-k", "0"): "--last-k must be at least 1, got 0",
     }
     for args, message in cases.items():
         assert main(list(args)) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
-        assert args[0] in err or message == "more than once"
+        assert args[0] in err or message in ("more than once", "--last-k must be at least 1, got 0")
     assert not (tmp_path / "toy" / "report").exists()  # checked before anything was written
 
 
@@ -214,20 +255,30 @@ def test_missing_run_dir_argument_is_one_line_and_exit_2() -> None:
     assert result.stderr == "error: the following arguments are required: RUN_DIR (see --help)\n"
 
 
-def test_headline_reports_population_mean_and_last_k_beside_the_best_member(tmp_path: Path) -> None:
-    """A real toy run: the headline numbers are read off its own history, not off a hand-made one."""
-    from conftest import run_toy
-
+def test_real_toy_run_reports_population_mean_and_last_k_beside_the_best_member(tmp_path: Path) -> None:
+    """A run folder written by the runner (not by ``make_run``): the command line's summary and table
+    carry the headline numbers read off the runner's own history, with ``--last-k``."""
     frame = run_toy(tmp_path / "run", search="random", max_budget=40).frame
-    last = frame[frame["round"] == 9]
+    last = frame[frame["round"] == frame["round"].max()]
     best = best_rows(frame).tail(3)
-    head = headline(load_run(tmp_path / "run"), k=3)
-    assert head.population[0] == pytest.approx(last["score"].mean())
-    assert head.last_k[0] == pytest.approx(best["score"].mean()) and head.k == 3
-    assert head.best[0] == last["score"].max() > head.population[0]  # best-of-population overstates
-    written = list(generate([tmp_path / "run"], tmp_path / "out", k=3))
+    assert len(last) == 4 and len(best) == 3 and last["test_score"].notna().all()
+    expected = [*best.iloc[-1][["score", "test_score"]], last["score"].mean(), last["test_score"].mean(),
+                best["score"].mean(), best["test_score"].mean()]
+    assert expected[0] > expected[2]  # random search: the best member is a maximum over different configs
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main([str(tmp_path / "run"), "--out", str(tmp_path / "out"), "--last-k", "3"]) == 0
+    assert str(tmp_path / "out" / "comparison.md") in stdout.getvalue().splitlines()
     summary = (tmp_path / "run" / "report" / "summary.md").read_text()
-    assert f"Population mean in the last round: train {head.population[0]:.4g}" in summary
-    assert f"Best member over the last 3 rounds: train {head.last_k[0]:.4g}" in summary
+    train, test, pop_train, pop_test, k_train, k_test = (f"{value:.4g}" for value in expected)
+    assert f"**Final score: train {train}, test {test}**" in summary
+    assert f"Population mean in the last round: train {pop_train}, test {pop_test}." in summary
+    assert f"Best member's mean over the last 3 rounds: train {k_train}, test {k_test}." in summary
     table = (tmp_path / "out" / "comparison.md").read_text()
-    assert table_row(table, "random")[4] == f"{head.population[0]:.4g}" and tmp_path / "out" / "comparison.md" in written
+    assert table_row(table, "random")[1:] == ["1", train, test, pop_train, pop_test, k_train, k_test]
+    assert "mean of last 3 rounds" in table_row(table, "strategy")[6]
+    # make_run writes what the runner writes, but for the hyperparameter columns
+    make_run(tmp_path / "made", "random", 0)
+    runner_columns, made_columns = ((tmp_path / name / "history.csv").read_text().splitlines()[0].split(",")
+                                    for name in ("run", "made"))
+    assert [c for c in runner_columns if c not in ("h0", "h1")] == [c for c in made_columns if c not in SPACE.names]

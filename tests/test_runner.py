@@ -136,3 +136,37 @@ def test_a_damaged_run_folder_is_one_line_and_exit_2(tmp_path, case: str) -> Non
     assert proc.returncode == 2, (out, err)
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
     assert ("member_2.r9.ckpt" in err) if "checkpoint" in case else ("history.csv" in err), err
+
+
+def test_checkpoints_are_durable_before_the_rounds_history_rows(tmp_path, monkeypatch) -> None:
+    """The order a crash relies on: round r's checkpoints fsynced, then its rows, then r-1's files deleted."""
+    import os
+
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    run_toy(tmp_path / "run", search="PBT", max_budget=12)
+    history_syncs = [i for i, name in enumerate(synced) if name == "history.csv"]
+    for r, at in enumerate(history_syncs[1:]):  # the first fsync writes the header
+        before = synced[history_syncs[r]:at]
+        assert {f"member_{m}.r{r}.ckpt.tmp" for m in range(4)} <= set(before), before
+
+
+def test_the_round_line_shows_the_test_score_of_the_best_member_on_train() -> None:
+    from pbx.console import round_line
+
+    rows = pd.DataFrame({"member": [0, 1, 2], "round": [0, 0, 0], "steps": [8, 8, 8], "score": [5.0, 1.0, float("nan")],
+                         "test_score": [2.0, 9.0, 7.0]})
+    line = round_line(0, 3, rows, [], {2: "diverged (weights are not finite)"})
+    assert "best 5 (m0)" in line and "test 2 |" in line and "test 9" not in line
+    assert "m2 no score: diverged (weights are not finite)" in line
+    nothing = rows.assign(score=float("nan"))
+    from pbx.strategies import Decision
+
+    keep = [Decision(m, m, {}) for m in range(3)]
+    assert round_line(0, 3, nothing, keep).endswith("no exploit: no member has a score")

@@ -2,6 +2,7 @@ import math
 
 import numpy as np
 import pytest
+import yaml
 
 from pbx.errors import UsageError
 from pbx.space import Categorical, Continuous, Space
@@ -65,3 +66,9 @@ def test_malformed_yaml_gives_clear_errors(tmp_path, text: str, fragment: str) -
 def test_choices_that_read_the_same_as_text_are_refused() -> None:
     with pytest.raises(UsageError, match="differ as text"):
         Categorical((1, "1"))
+
+
+@pytest.mark.parametrize("choices", ["[[1, 2], 3]", "[{a: 1}]"])
+def test_choices_that_are_not_plain_values_are_refused(choices: str) -> None:
+    with pytest.raises(UsageError, match="categorical choices must be numbers, strings, booleans or null"):
+        Space.from_dict({"a": {"type": "categorical", "choices": yaml.safe_load(choices)}})

@@ -68,6 +68,19 @@ def test_winner_takes_all_copies_the_best_into_all_others(name: str, history: Hi
     assert not decisions[best].copies and not decisions[best].explored
 
 
+@pytest.mark.parametrize("name", EXPLOITING)
+def test_selection_positions_become_member_ids(name: str, history: History, mixed_space) -> None:
+    """Member ids need not be positions 0..n-1: donors and recipients are reported by id."""
+    frame = history.frame.copy()
+    frame[["member", "parent"]] += 10
+    decisions = _decide(name, History(history.hp_names, frame), mixed_space, seed=0)
+    expected = _decide(name, history, mixed_space, seed=0)
+    assert [d.member for d in decisions] == list(range(10, 18))
+    assert [(d.member - 10, d.donor - 10, d.config) for d in decisions] == [
+        (d.member, d.donor, d.config) for d in expected]
+    assert any(d.copies for d in decisions)
+
+
 @pytest.mark.parametrize("name", ["none", "random"])
 def test_baselines_never_copy_or_change_a_config(name: str, history: History, mixed_space) -> None:
     decisions = _decide(name, history, mixed_space, seed=0)

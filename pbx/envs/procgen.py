@@ -46,10 +46,6 @@ class ProcgenVecEnv(VecEnv):
 
     def __init__(self, game: str, n_envs: int, seed: int, *, num_levels: int = 0, start_level: int = 0,
                  distribution_mode: str = "easy", num_threads: int = 0) -> None:
-        self.game = game
-        self.num_levels = num_levels
-        self.start_level = start_level
-        self.distribution_mode = distribution_mode
         self._env = ProcgenGym3Env(num=n_envs, env_name=game, num_levels=num_levels, start_level=start_level,
                                    distribution_mode=distribution_mode, rand_seed=seed, num_threads=num_threads)
         height, width, channels = self._env.ob_space["rgb"].shape

@@ -49,6 +49,8 @@ class MemberContext:
         seed: the member's own seed (derived from the run seed and ``index``).
         device: the ``--device`` value: ``"auto"``, ``"cpu"`` or ``"cuda"`` (members resolve ``auto``).
         log_dir: a folder of the member's own for learner diagnostics (TensorBoard), or None.
+        local_rank: the index of the member's process among the processes on its machine (MPI
+            ranks); a member on a GPU takes GPU ``local_rank`` modulo the machine's GPU count.
     """
 
     env: str
@@ -56,6 +58,7 @@ class MemberContext:
     seed: int
     device: str = "auto"
     log_dir: Path | None = None
+    local_rank: int = 0
 
 
 class Member(ABC):

@@ -21,12 +21,13 @@ import math
 import os
 import pickle
 import random
+import re
 import zipfile
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Optional
 
 import numpy as np
 import torch
@@ -47,10 +48,9 @@ from pbx.members.impala import ImpalaPolicy
 from pbx.space import Config, Continuous, Space
 
 CHECKPOINT_FORMAT = 1
+_NON_FINITE = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)
+"""An error message about non-finite numbers (whole words: "information" is not one)."""
 
-HYPERPARAMETERS = ("learning_rate", "clip_range", "clip_range_vf", "ent_coef", "vf_coef", "max_grad_norm",
-                   "gamma", "gae_lambda", "n_epochs", "batch_size")
-"""Settings a search space may explore: :meth:`PPOMember.apply` changes them while the agent trains."""
 INTEGER_HYPERPARAMETERS = ("n_epochs", "batch_size")
 
 # Environment variables MPI launchers set to the number of ranks on this machine
@@ -59,9 +59,52 @@ LOCAL_RANKS_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_W
                     "SLURM_NTASKS_PER_NODE", "PMI_SIZE")
 
 
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _non_negative_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _finite_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_DOMAINS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "n_envs": (_positive_int, "a positive integer"),
+    "n_steps": (_positive_int, "a positive integer"),
+    "batch_size": (lambda v: _positive_int(v) and v > 1, "an integer above 1"),
+    "n_epochs": (_positive_int, "a positive integer"),
+    "gamma": (lambda v: _finite_number(v) and 0 < v <= 1, "in (0, 1]"),
+    "gae_lambda": (lambda v: _finite_number(v) and 0 <= v <= 1, "in [0, 1]"),
+    "learning_rate": (lambda v: _finite_number(v) and v > 0, "a number above 0"),
+    "ent_coef": (lambda v: _finite_number(v) and v >= 0, "a number >= 0"),
+    "clip_range": (lambda v: _finite_number(v) and v > 0, "a number above 0"),
+    "clip_range_vf": (lambda v: v is None or (_finite_number(v) and v > 0), "a number above 0 or None"),
+    "vf_coef": (lambda v: _finite_number(v) and v >= 0, "a number >= 0"),
+    "max_grad_norm": (lambda v: _finite_number(v) and v > 0, "a number above 0"),
+    "normalize_reward": (lambda v: isinstance(v, bool), "true or false"),
+    "num_levels": (_non_negative_int, "an integer >= 0"),
+    "start_level": (_non_negative_int, "an integer >= 0"),
+    "distribution_mode": (lambda v: v in DISTRIBUTION_MODES, f"one of {', '.join(DISTRIBUTION_MODES)}"),
+    "eval_episodes": (_non_negative_int, "an integer >= 0 (0: no evaluation)"),
+    "eval_max_steps": (_positive_int, "a positive integer"),
+    "deterministic": (lambda v: isinstance(v, bool), "true or false"),
+    "eval_n_envs": (lambda v: v is None or _positive_int(v), "a positive integer or None"),
+}
+
+
 @dataclass
 class PPOSettings(MemberSettings):
-    """PPO and env settings; fixed for the run unless the search space names them (see HYPERPARAMETERS)."""
+    """PPO and env settings; fixed for the run unless the search space names them (see ``hyperparameters``)."""
+
+    hyperparameters: ClassVar[tuple[str, ...]] = (
+        "learning_rate", "clip_range", "clip_range_vf", "ent_coef", "vf_coef", "max_grad_norm", "gamma",
+        "gae_lambda", "n_epochs", "batch_size")
+    """Settings a search space may explore: :meth:`PPOMember.apply` changes them while the agent trains."""
+    domains: ClassVar[Mapping[str, tuple[Callable[[Any], bool], str]]] = _DOMAINS
+    """Each setting's valid values and how an error message names them (a subclass adds its own settings)."""
 
     n_envs: int = 64
     """Envs stepped together; with n_steps it sizes the rollout buffer, so it cannot change while training."""
@@ -100,7 +143,8 @@ class PPOSettings(MemberSettings):
     eval_n_envs: Optional[int] = None
     """Envs in the test env; None = one per episode (all episodes at once, no bias to short ones)."""
     eval_max_steps: int = 100_000
-    """Cap on a test run's vector steps, for envs without a time limit; episodes unfinished then are left out."""
+    """Cap on a test run's vector steps, so an env without a time limit cannot hang the run; a test run
+    that reaches it before ``eval_episodes`` episodes finish scores NaN, with a warning."""
     deterministic: bool = False
     """Make GPU training reproducible (cuDNN and cuBLAS deterministic kernels), at their cost in speed.
 
@@ -112,53 +156,27 @@ class PPOSettings(MemberSettings):
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            _check_value(f.name, getattr(self, f.name))
+            self.check(f.name, getattr(self, f.name))
         rollout = self.n_envs * self.n_steps
         if rollout % self.batch_size:
             raise UsageError(f"batch_size {self.batch_size} does not divide n_envs * n_steps = {rollout}; "
                              f"use a divisor such as {max(rollout // 8, 2)} (8 minibatches)")
 
+    @classmethod
+    def check(cls, name: str, value: Any) -> None:
+        """Raise :class:`UsageError` unless ``value`` is a valid value of the setting ``name``."""
+        valid, expected = cls.domains[name]
+        if not valid(value):
+            raise UsageError(f"{name} must be {expected}, got {value!r}")
 
-def _positive_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-
-def _non_negative_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-_DOMAINS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "n_envs": (_positive_int, "a positive integer"),
-    "n_steps": (_positive_int, "a positive integer"),
-    "batch_size": (lambda v: _positive_int(v) and v > 1, "an integer above 1"),
-    "n_epochs": (_positive_int, "a positive integer"),
-    "gamma": (lambda v: _number(v) and 0 < v <= 1, "in (0, 1]"),
-    "gae_lambda": (lambda v: _number(v) and 0 <= v <= 1, "in [0, 1]"),
-    "learning_rate": (lambda v: _number(v) and v > 0, "a number above 0"),
-    "ent_coef": (lambda v: _number(v) and v >= 0, "a number >= 0"),
-    "clip_range": (lambda v: _number(v) and v > 0, "a number above 0"),
-    "clip_range_vf": (lambda v: v is None or (_number(v) and v > 0), "a number above 0 or None"),
-    "vf_coef": (lambda v: _number(v) and v >= 0, "a number >= 0"),
-    "max_grad_norm": (lambda v: _number(v) and v > 0, "a number above 0"),
-    "normalize_reward": (lambda v: isinstance(v, bool), "true or false"),
-    "num_levels": (_non_negative_int, "an integer >= 0"),
-    "start_level": (_non_negative_int, "an integer >= 0"),
-    "distribution_mode": (lambda v: v in DISTRIBUTION_MODES, f"one of {', '.join(DISTRIBUTION_MODES)}"),
-    "eval_episodes": (_non_negative_int, "an integer >= 0 (0: no evaluation)"),
-    "eval_max_steps": (_positive_int, "a positive integer"),
-    "deterministic": (lambda v: isinstance(v, bool), "true or false"),
-    "eval_n_envs": (lambda v: v is None or _positive_int(v), "a positive integer or None"),
-}
-
-
-def _check_value(name: str, value: Any) -> None:
-    valid, expected = _DOMAINS[name]
-    if not valid(value):
-        raise UsageError(f"{name} must be {expected}, got {value!r}")
+    @classmethod
+    def check_names(cls, names: list[str]) -> None:
+        """Raise :class:`UsageError` unless every name is a hyperparameter a search may change."""
+        unknown = [n for n in names if n not in cls.hyperparameters]
+        if unknown:
+            raise UsageError(f"PPO has no hyperparameter {', '.join(map(repr, unknown))} to search over; "
+                             f"it can change {', '.join(cls.hyperparameters)} while training "
+                             f"(n_envs and n_steps size the rollout buffer: set them with -m instead)")
 
 
 def _thread_budget() -> int:
@@ -219,6 +237,12 @@ class PPOMember(Member):
     settings_cls = PPOSettings
     default_space = "ppo_procgen.yaml"
     settings: PPOSettings
+    algorithm: ClassVar[type[PPO]] = PPO
+    """The SB3 class trained; a subclass may change its update (see :mod:`pbx.members.drac`)."""
+    checkpoint_keys: ClassVar[tuple[str, ...]] = (
+        "format", "env", "n_envs", "steps", "n_updates", "config", "policy", "optimizer", "reward_norm",
+        "last_obs", "last_episode_starts", "env_state", "rng")
+    """What :meth:`save` writes (see :meth:`_checkpoint`) and :meth:`load` requires."""
 
     @classmethod
     def check_env(cls, env: str) -> None:
@@ -240,9 +264,9 @@ class PPOMember(Member):
 
     @classmethod
     def validate(cls, space: Space, settings: MemberSettings, device: str) -> None:
-        if not isinstance(settings, PPOSettings):
-            raise UsageError(f"PPO needs PPOSettings, got {type(settings).__name__}")
-        _check_names(space.names)
+        if not isinstance(settings, cls.settings_cls):
+            raise UsageError(f"{cls.__name__} needs {cls.settings_cls.__name__}, got {type(settings).__name__}")
+        cls.settings_cls.check_names(space.names)
         rollout = settings.n_envs * settings.n_steps
         for name, param in space.params.items():
             if isinstance(param, Continuous):
@@ -254,7 +278,7 @@ class PPOMember(Member):
                 values = param.choices
             for value in values:
                 try:
-                    _check_value(name, value)
+                    cls.settings_cls.check(name, value)
                 except UsageError as err:
                     raise UsageError(f"search space: {err}") from None
                 if name == "batch_size" and rollout % value:
@@ -274,7 +298,7 @@ class PPOMember(Member):
         venv = self._make_env(settings.n_envs, context.seed, settings.num_levels, settings.start_level)
         self._venv: StatefulVecEnv = venv
         image = is_image_space(venv.observation_space)
-        self.device = _resolve_device(context.device, image)
+        self.device = _resolve_device(context.device, image, context.local_rank)
         self._cuda = self.device.type == "cuda"
         self._reward_norm = VecNormalize(venv, norm_obs=False, norm_reward=settings.normalize_reward)
         self._rng = _rng_state(self._cuda)
@@ -286,12 +310,13 @@ class PPOMember(Member):
                 # SB3 warns that MLP PPO is meant for the CPU; only an explicit --device cuda gets here.
                 warnings.filterwarnings("ignore", message="You are trying to run PPO on the GPU")
                 # The other hyperparameters are set by apply(), the one place that knows where SB3 reads them.
-                self.model = PPO(ImpalaPolicy if image else "MlpPolicy", self._reward_norm,
+                self.model = self.algorithm(ImpalaPolicy if image else "MlpPolicy", self._reward_norm,
                                  n_steps=settings.n_steps, batch_size=settings.batch_size,
                                  device=self.device, verbose=0)
         # Start from the envs' first observations now (not inside the first ``learn``), so a
-        # checkpoint written before any training holds them too.
-        self.model._last_obs = self._reward_norm.reset()
+        # checkpoint written before any training holds them too. Reset the env SB3 steps
+        # (``model.env``): for channels-last images it adds a ``VecTransposeImage`` on top.
+        self.model._last_obs = self.model.env.reset()
         self.model._last_episode_starts = np.ones(settings.n_envs, dtype=bool)
         self.model.set_logger(configure(str(context.log_dir), ["tensorboard"]) if context.log_dir is not None
                               else Logger(folder=None, output_formats=[]))
@@ -318,14 +343,18 @@ class PPOMember(Member):
     def config(self) -> Config:
         return dict(self._config)
 
+    def _hyperparameters(self) -> dict[str, Any]:
+        """Every hyperparameter's value in use: the config's, else the settings'."""
+        return {name: getattr(self.settings, name) for name in self.settings_cls.hyperparameters} | self._config
+
     def apply(self, config: Config) -> None:
         """Set each hyperparameter in ``config`` everywhere SB3 reads it; others keep their values."""
-        _check_names(list(config))
+        self.settings_cls.check_names(list(config))
         config = {name: int(v) if name in INTEGER_HYPERPARAMETERS else v for name, v in config.items()}
         for name, value in config.items():
-            _check_value(name, value)
+            self.settings_cls.check(name, value)
         self._config = {**self._config, **config}
-        hp = {name: getattr(self.settings, name) for name in HYPERPARAMETERS} | self._config
+        hp = self._hyperparameters()
         model = self.model
         # train() resets the optimizer's lr from lr_schedule; the param groups are set too, so
         # the new value holds before the next update and after an optimizer-state load.
@@ -371,7 +400,7 @@ class PPOMember(Member):
                 failure = None if self._finite() else "weights are not finite after the update"
             except (ValueError, RuntimeError) as err:
                 # torch's Categorical(logits=nan) raises ValueError; other kernels a RuntimeError naming nan or inf
-                if self._finite() and "nan" not in str(err).lower() and "inf" not in str(err).lower():
+                if self._finite() and not _NON_FINITE.search(str(err)):
                     raise
                 failure = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
         self.steps = self.model.num_timesteps = self.steps + total
@@ -388,7 +417,10 @@ class PPOMember(Member):
         return self._note
 
     def _finite(self) -> bool:
-        return all(bool(torch.isfinite(p).all()) for p in self.model.policy.parameters())
+        """Whether the weights and the reward-normalisation statistics are all finite numbers."""
+        norm = self._reward_norm.ret_rms
+        return (all(bool(torch.isfinite(p).all()) for p in self.model.policy.parameters())
+                and bool(np.isfinite(norm.mean).all() and np.isfinite(norm.var).all()))
 
     def _learner_state(self) -> dict[str, Any]:
         """The learner's state as a deep copy (weights, optimizer, reward statistics, update count)."""
@@ -413,10 +445,13 @@ class PPOMember(Member):
         ``seed`` (the round's, shared by every member) seeds the test levels and the
         policy's action sampling, so members of a round meet the same levels. The
         test env is built fresh and the sampling uses forked RNGs: evaluating never
-        changes what training does next. ``eval_episodes: 0`` returns NaN at no cost.
+        changes what training does next. ``eval_episodes: 0`` returns NaN at no cost, as
+        do non-finite weights (loaded from a diverged donor's file or set by hand),
+        and so does a test run cut off by ``eval_max_steps`` (with a warning): the
+        episodes that did finish are the short ones, so their mean is no test score.
         """
         s = self.settings
-        if s.eval_episodes == 0:
+        if s.eval_episodes == 0 or not self._finite():
             return math.nan
         n_envs = s.eval_n_envs or s.eval_episodes
         env = self._make_env(n_envs, seed, num_levels=0, start_level=0)
@@ -437,11 +472,22 @@ class PPOMember(Member):
                     returns.append(float(infos[i]["episode"]["r"]))
                     counts[i] += 1
         env.close()
-        return float(np.mean(returns)) if returns else math.nan
+        if (counts < targets).any():
+            warnings.warn(f"member {self.context.index}: evaluation stopped at eval_max_steps={s.eval_max_steps:,} "
+                          f"vector steps with {counts.sum()} of {s.eval_episodes} test episodes finished, so its "
+                          f"test score is NaN; raise eval_max_steps or give {self.context.env} a time limit",
+                          stacklevel=2)
+            return math.nan
+        return float(np.mean(returns))
 
     def save(self, path: Path) -> None:
+        state = self._checkpoint()
+        durable_write(path, lambda tmp: torch.save(state, tmp))
+
+    def _checkpoint(self) -> dict[str, Any]:
+        """The state :meth:`save` writes, one entry per name in ``checkpoint_keys``."""
         model = self.model
-        state = {
+        return {
             "format": CHECKPOINT_FORMAT,
             "member": self.context.index,
             "env": self.context.env,
@@ -458,10 +504,9 @@ class PPOMember(Member):
             "env_state": self._venv.get_state(),
             "rng": self._rng,
         }
-        durable_write(path, lambda tmp: torch.save(state, tmp))
 
     def load(self, path: Path, *, own: bool) -> None:
-        state = _read_checkpoint(Path(path))
+        state = _read_checkpoint(Path(path), self.checkpoint_keys)
         if (state["env"], state["n_envs"]) != (self.context.env, self.settings.n_envs):
             raise UsageError(f"{path} holds a member trained on {state['env']} with {state['n_envs']} envs; "
                              f"this member runs {self.context.env} with {self.settings.n_envs}")
@@ -504,11 +549,7 @@ class PPOMember(Member):
         self.model.logger.close()
 
 
-CHECKPOINT_KEYS = ("format", "env", "n_envs", "steps", "n_updates", "config", "policy", "optimizer", "reward_norm",
-                   "last_obs", "last_episode_starts", "env_state", "rng")
-
-
-def _read_checkpoint(path: Path) -> dict[str, Any]:
+def _read_checkpoint(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
     """A checkpoint's state; anything unreadable is one :class:`UsageError` naming the file and the way out."""
     fix = "the run folder is damaged: restore the file, or start a new run"
     if not path.is_file():
@@ -524,7 +565,7 @@ def _read_checkpoint(path: Path) -> dict[str, Any]:
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise UsageError(f"{path}: not a pbx PPO checkpoint of format {CHECKPOINT_FORMAT} (found {found!r}); {fix}")
-    missing = [key for key in CHECKPOINT_KEYS if key not in state]
+    missing = [key for key in keys if key not in state]
     if missing:
         raise UsageError(f"{path}: checkpoint lacks {missing}; {fix}")
     return state
@@ -538,14 +579,6 @@ def _deterministic_torch() -> None:
     torch.backends.cudnn.benchmark = False
 
 
-def _check_names(names: list[str]) -> None:
-    unknown = [n for n in names if n not in HYPERPARAMETERS]
-    if unknown:
-        raise UsageError(f"PPO has no hyperparameter {', '.join(map(repr, unknown))} to search over; "
-                         f"it can change {', '.join(HYPERPARAMETERS)} while training "
-                         f"(n_envs and n_steps size the rollout buffer: set them with -m instead)")
-
-
 def _check_device(device: str) -> None:
     if device not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--device must be auto, cpu or cuda, got {device!r}")
@@ -553,9 +586,18 @@ def _check_device(device: str) -> None:
         raise UsageError("--device cuda but no CUDA GPU is available; use --device cpu or auto")
 
 
-def _resolve_device(device: str, image: bool) -> torch.device:
-    """``auto``: the GPU for CNN policies; MLP policies stay on the CPU, where SB3 runs them faster."""
+def _resolve_device(device: str, image: bool, local_rank: int = 0) -> torch.device:
+    """``auto``: the GPU for CNN policies; MLP policies stay on the CPU, where SB3 runs them faster.
+
+    With several processes on a machine (MPI ranks), process ``local_rank`` takes GPU
+    ``local_rank`` modulo the GPU count, and makes it the current device, so that
+    ``cuda`` tensors, CUDA random states and cuDNN settings all mean that one GPU.
+    """
     _check_device(device)
     if device == "auto":
         device = "cuda" if image and torch.cuda.is_available() else "cpu"
-    return torch.device(device)
+    if device == "cpu":
+        return torch.device("cpu")
+    gpu = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(gpu)
+    return gpu

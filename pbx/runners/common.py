@@ -87,11 +87,12 @@ class RunRecorder:
 
     def decided(self, round_: int, decisions: Sequence[Decision], notes: Mapping[int, str]) -> None:
         """Record the decisions taken after ``round_`` and print the round's line (``notes``: why a score is NaN)."""
-        self.replayed(round_, decisions)
+        self.record_decisions(round_, decisions)
         self.console.line(round_line(round_, self.cfg.run.rounds, self.history.round(round_), decisions, notes))
 
-    def replayed(self, round_: int, decisions: Sequence[Decision]) -> None:
-        """Record decisions recomputed on resume (their round line was printed by the run that was stopped)."""
+    def record_decisions(self, round_: int, decisions: Sequence[Decision]) -> None:
+        """Write the reasons of the decisions taken after ``round_`` (also those a resume recomputes, whose
+        round line the stopped run already printed)."""
         changed = [d for d in decisions if d.copies or d.explored or d.info]
         if not changed:
             return

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence, TypeVar
 
 from pbx.config import RunConfig
 from pbx.history import History, Row
@@ -31,6 +31,8 @@ from pbx.run_dir import RunDir
 from pbx.runners.common import RunRecorder, eval_seed, initial_configs, round_rng
 from pbx.space import Config
 from pbx.strategies import Decision, Strategy
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -47,24 +49,44 @@ class Trained:
 
 
 class Executor(ABC):
-    """Where members live and train: the one part that differs between runners."""
+    """Where members live and train: the one part that differs between runners.
+
+    Every process of a run runs the loop with its executor. One of them, the
+    *coordinator*, also records rounds and takes the decisions; :meth:`share` hands
+    its values to the others (the synchronous runner has one process, which is
+    the coordinator, and sharing is the identity).
+    """
+
+    coordinator: bool = True
+    """Whether this process records the run and takes the decisions."""
+
+    @property
+    @abstractmethod
+    def owned(self) -> list[int]:
+        """The members this process trains (and whose checkpoint files it writes and prunes)."""
+
+    def share(self, value: T) -> T:
+        """The coordinator's ``value``, on every process (other processes pass None)."""
+        return value
 
     @abstractmethod
     def build(self, configs: Sequence[Config]) -> None:
-        """Create the members (the executor's share of them) with their starting configs."""
+        """Create this process's members with their starting configs (``configs``: the whole population's)."""
 
     @abstractmethod
-    def restore(self, round_: int, history: History) -> None:
-        """Load every member from its own checkpoint of ``round_``; a missing, unreadable or
-        out-of-step file is a :class:`~pbx.errors.UsageError` naming it."""
+    def restore(self, round_: int, steps: Mapping[int, int]) -> None:
+        """Load this process's members from their own checkpoints of ``round_``; a missing, unreadable or
+        out-of-step file (``steps``: each member's steps after ``round_`` by the history) is a
+        :class:`~pbx.errors.UsageError` naming it."""
 
     @abstractmethod
     def train_round(self, round_: int, steps: int, test_seed: int | None,
                     advance: Callable[[int], None]) -> list[Trained]:
-        """Train, score, evaluate (with ``test_seed``, when not None) and durably save every member.
+        """Train, score, evaluate (with ``test_seed``, when not None) and durably save this process's members.
 
-        ``advance(steps)`` reports progress as members finish. Returns one entry per
-        member of the whole population, in member order.
+        ``advance(steps)`` reports progress as members finish. Returns, on the
+        coordinator, one entry per member of the whole population in member order
+        (every member's checkpoint is then on disk); elsewhere an empty list.
         """
 
     @abstractmethod
@@ -87,45 +109,64 @@ class RoundLoop:
         # (parent, explored) of each member for its next row: set by the last decisions.
         self.lineage: list[tuple[int, bool]] = [(i, False) for i in range(cfg.run.pop_size)]
 
-    def run(self) -> History:
-        """Train from the start or from the last finished round in the run folder; returns the history."""
-        cfg = self.cfg
-        recorder = RunRecorder(cfg, self.run_dir)
+    def run(self) -> History | None:
+        """Train from the start or from the last finished round in the run folder.
+
+        Returns the history on the coordinator, None on the other processes.
+        """
+        cfg, executor = self.cfg, self.executor
+        recorder = RunRecorder(cfg, self.run_dir) if executor.coordinator else None
         try:
-            first = recorder.history.last_round + 1
+            first, steps, offset = executor.share(self._start(recorder) if recorder is not None else None)
             if first >= cfg.run.rounds:
-                return recorder.history  # finished already: nothing to build
-            self.executor.build(initial_configs(self.strategy, cfg))
+                return recorder.history if recorder is not None else None  # finished already: nothing to build
+            executor.build(initial_configs(self.strategy, cfg))
             if first > 0:
-                self._restore(recorder, first - 1)
-            # wall_s keeps counting across a resume: it is time spent on the run, not since this process began.
-            offset = float(recorder.history.frame["wall_s"].max()) if first > 0 else 0.0
+                self._restore(recorder, first - 1, steps)
             start = time.perf_counter() - offset
             for r in range(first, cfg.run.rounds):
-                trained = self.executor.train_round(r, cfg.round_steps(r), self._test_seed(r),
-                                                    recorder.console.advance)
-                history = recorder.round_done(self._rows(r, trained, time.perf_counter() - start))
-                self.run_dir.prune_checkpoints(keep_round=r)
-                decisions = self._decide(history, r) if r + 1 < cfg.run.rounds else []
-                recorder.decided(r, decisions, {t.member: t.note for t in trained if t.note})
+                advance = recorder.console.advance if recorder is not None else _ignore
+                trained = executor.train_round(r, cfg.round_steps(r), self._test_seed(r), advance)
+                decisions = None
+                if recorder is not None:
+                    history = recorder.round_done(self._rows(r, trained, time.perf_counter() - start))
+                    decisions = self._decide(history, r) if r + 1 < cfg.run.rounds else []
+                    recorder.decided(r, decisions, {t.member: t.note for t in trained if t.note})
+                # Shared only once the round is in the history: from then on its checkpoints are
+                # what a resume starts from, and the older ones can go.
+                decisions = executor.share(decisions)
+                self.run_dir.prune_checkpoints(keep_round=r, members=executor.owned)
                 self._apply(decisions, r)
-            return recorder.history
+            return recorder.history if recorder is not None else None
         finally:
-            recorder.close()
-            self.executor.close()
+            if recorder is not None:
+                recorder.close()
+            executor.close()
+
+    def _start(self, recorder: RunRecorder) -> tuple[int, dict[int, int], float]:
+        """The first round to train, each member's steps after the round before it, and the wall time so far
+        (``wall_s`` keeps counting across a resume: it is time spent on the run, not since this process began)."""
+        history = recorder.history
+        first = history.last_round + 1
+        if first == 0:
+            return first, {}, 0.0
+        rows = history.round(first - 1)
+        return first, dict(zip(map(int, rows["member"]), map(int, rows["steps"]))), float(history.frame["wall_s"].max())
 
     def _test_seed(self, r: int) -> int | None:
         """The round's shared evaluation seed when the test score is due (every ``eval_every`` and the last round)."""
         due = (r + 1) % self.cfg.run.eval_every == 0 or r + 1 == self.cfg.run.rounds
         return eval_seed(self.cfg.run.seed, r) if due else None
 
-    def _restore(self, recorder: RunRecorder, last: int) -> None:
-        self.run_dir.prune_checkpoints(keep_round=last)
-        self.executor.restore(last, recorder.history)
+    def _restore(self, recorder: RunRecorder | None, last: int, steps: Mapping[int, int]) -> None:
+        self.run_dir.prune_checkpoints(keep_round=last, members=self.executor.owned)
+        self.executor.restore(last, steps)
         if last + 1 < self.cfg.run.rounds:
-            decisions = self._decide(recorder.history, last)
-            recorder.replayed(last, decisions)
-            self._apply(decisions, last)
+            decisions = None
+            if recorder is not None:
+                decisions = self._decide(recorder.history, last)
+                recorder.record_decisions(last, decisions)
+            self._apply(self.executor.share(decisions), last)
 
     def _rows(self, r: int, trained: Sequence[Trained], wall_s: float) -> list[Row]:
         rows = []
@@ -143,3 +184,7 @@ class RoundLoop:
         self.lineage = [(i, False) for i in range(self.cfg.run.pop_size)]
         for d in decisions:
             self.lineage[d.member] = (d.donor, d.explored)
+
+
+def _ignore(steps: int) -> None:
+    """Progress of a process that draws no bar."""

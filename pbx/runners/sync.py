@@ -8,11 +8,11 @@ are files in the run folder, and an exploit loads the donor's file.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
 
 from pbx.config import RunConfig
 from pbx.errors import UsageError
-from pbx.history import History
 from pbx.members import Diverged, Member, MemberContext
 from pbx.run_dir import RunDir
 from pbx.runners.common import finite_or_nan, member_seed
@@ -22,23 +22,38 @@ from pbx.strategies import Decision
 
 
 class LocalExecutor(Executor):
-    """Members ``indices`` of the population as objects in this process, checkpointed into ``run_dir``."""
+    """Members ``indices`` of the population as objects in this process, checkpointed into ``run_dir``.
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, indices: Sequence[int] | None = None) -> None:
+    ``local_rank``: this process's index among the processes on its machine (members
+    that use a GPU take GPU ``local_rank`` modulo the machine's count).
+    """
+
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, indices: Sequence[int] | None = None,
+                 local_rank: int = 0) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
         self.indices = list(range(cfg.run.pop_size)) if indices is None else list(indices)
+        self.local_rank = local_rank
         self.members: dict[int, Member] = {}
+        self.current: int | None = None
+        """The member being built, trained, saved or loaded (an error names it)."""
 
     def build(self, configs: Sequence[Config]) -> None:
         for i in self.indices:
+            self.current = i
             context = MemberContext(env=self.cfg.run.env, index=i, seed=member_seed(self.cfg.run.seed, i),
-                                    device=self.cfg.run.device, log_dir=self.run_dir.tb / f"member_{i}")
+                                    device=self.cfg.run.device, log_dir=self.run_dir.tb / f"member_{i}",
+                                    local_rank=self.local_rank)
             self.members[i] = self.cfg.member_cls(context, self.cfg.member, configs[i])
+        self.current = None
 
-    def restore(self, round_: int, history: History) -> None:
-        steps = dict(zip(history.round(round_)["member"], history.round(round_)["steps"]))
+    @property
+    def owned(self) -> list[int]:
+        return self.indices
+
+    def restore(self, round_: int, steps: Mapping[int, int]) -> None:
         for i, member in self.members.items():
+            self.current = i
             path = self.run_dir.checkpoint(i, round_)
             if not path.is_file():
                 raise UsageError(f"{path}: missing, but history.csv says round {round_} finished; "
@@ -47,14 +62,17 @@ class LocalExecutor(Executor):
             if member.steps != steps[i]:
                 raise UsageError(f"{path}: holds {member.steps:,} steps but history.csv says member {i} had "
                                  f"{steps[i]:,} after round {round_}: the folder is out of step (start a new run)")
+        self.current = None
 
     def train_round(self, round_: int, steps: int, test_seed: int | None,
                     advance: Callable[[int], None]) -> list[Trained]:
-        return [self._train_one(i, member, round_, steps, test_seed, advance) for i, member in self.members.items()]
+        trained = [self._train_one(i, member, round_, steps, test_seed, advance) for i, member in self.members.items()]
+        self.current = None
+        return trained
 
     def _train_one(self, i: int, member: Member, round_: int, steps: int, test_seed: int | None,
                    advance: Callable[[int], None]) -> Trained:
-        before = member.steps
+        self.current, before = i, member.steps
         try:
             score, note = finite_or_nan(member.train(steps)), ""
             if math.isnan(score):
@@ -69,14 +87,20 @@ class LocalExecutor(Executor):
                        note=note)
 
     def apply(self, decisions: Sequence[Decision], round_: int) -> None:
+        self.apply_from(decisions, lambda donor: self.run_dir.checkpoint(donor, round_))
+
+    def apply_from(self, decisions: Sequence[Decision], donor_file: Callable[[int], Path]) -> None:
+        """Carry out the decisions of this process's members, reading each donor's checkpoint from
+        ``donor_file(donor)``."""
         for d in decisions:
             if d.member not in self.members:
                 continue
-            member = self.members[d.member]
+            self.current, member = d.member, self.members[d.member]
             if d.copies:
-                member.load(self.run_dir.checkpoint(d.donor, round_), own=False)
+                member.load(donor_file(d.donor), own=False)
             if d.copies or d.explored:
                 member.apply(d.config)
+        self.current = None
 
     def close(self) -> None:
         for member in self.members.values():

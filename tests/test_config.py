@@ -1,0 +1,74 @@
+"""Resolving a run's config: every input either takes effect or is refused, and config.yaml says what runs."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from pbx.config import _route, load_yaml, resolve
+from pbx.errors import UsageError
+
+ROOT = Path(__file__).resolve().parent.parent
+CARTPOLE = {"run": {"env": "CartPole-v1", "search": "none"}}
+
+
+@pytest.mark.parametrize("experiment", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_experiment_files_resolve(experiment: Path) -> None:
+    cfg = resolve([load_yaml(experiment)])
+    assert cfg.run.env == "bigfish" and cfg.run.rounds >= 3
+
+
+@pytest.mark.parametrize("spelling, name", [("pb2", "PB2"), ("Fixed", "none"), ("Random", "random"), ("NONE", "none")])
+def test_search_takes_the_reference_spellings(spelling: str, name: str) -> None:
+    assert resolve([{"run": {"env": "toy", "search": spelling}}]).run.search == name
+
+
+def test_a_key_of_two_sections_needs_its_section() -> None:
+    # No two shipped sections share a name today; a strategy or member that adds one must not win silently.
+    one = dataclasses.make_dataclass("One", [("seed", int)])
+    two = dataclasses.make_dataclass("Two", [("seed", int)])
+    with pytest.raises(UsageError, match="'seed' is a setting of the run and the member sections; say which: "
+                                         "run.seed, member.seed"):
+        _route("seed", {"run": one, "member": two}, "PBT", "toy")
+    assert _route("member.seed", {"run": one, "member": two}, "PBT", "toy") == ("member", "seed")
+
+
+@pytest.mark.parametrize("layer, overrides", [
+    (CARTPOLE, ["learning_rate=1e-4"]),
+    (CARTPOLE, ["member.learning_rate=1e-4"]),
+    ({**CARTPOLE, "member": {"learning_rate": 1e-4}}, []),
+    ({**CARTPOLE, "learning_rate": 1e-4}, []),
+], ids=["-m", "-m member.", "member section", "flat key"])
+def test_a_setting_of_a_searched_hyperparameter_is_refused(layer: dict, overrides: list[str]) -> None:
+    with pytest.raises(UsageError, match="learning_rate=\\S+ has no effect: learning_rate is in the search "
+                                         "space \\(ppo_classic.yaml\\), which sets it per member; set its default"):
+        resolve([layer], overrides)
+
+
+def test_a_setting_outside_the_space_applies() -> None:
+    assert resolve([CARTPOLE], ["vf_coef=0.7"]).member.vf_coef == 0.7
+
+
+def test_config_yaml_records_searched_hyperparameters_only_in_the_space() -> None:
+    config = resolve([CARTPOLE]).to_dict()
+    assert "learning_rate" not in config["member"] and config["space"]["learning_rate"]["default"] == 1e-3
+    assert resolve([config]).to_dict() == config  # the record rebuilds the same run
+
+
+def test_an_older_run_config_with_searched_settings_at_their_defaults_still_resolves() -> None:
+    config = resolve([CARTPOLE]).to_dict()
+    older = {**config, "member": {**config["member"], "learning_rate": 5e-4}}  # what pbx wrote before
+    assert resolve([older]).to_dict() == config
+    with pytest.raises(UsageError, match="learning_rate=0.0001 has no effect"):
+        resolve([{**config, "member": {**config["member"], "learning_rate": 1e-4}}])
+
+
+def test_a_space_named_by_m_replaces_the_inline_space_of_a_run_config(tmp_path) -> None:
+    config = resolve([{"run": {"env": "toy"}}]).to_dict()
+    narrow = tmp_path / "narrow.yaml"
+    narrow.write_text("h0: {type: continuous, low: 0.1, high: 0.2}\nh1: {type: continuous, low: 0.1, high: 0.2}\n")
+    cfg = resolve([config], [f"space={narrow}"])
+    assert cfg.space.params["h0"].high == 0.2 and cfg.to_dict()["run"]["space"] == str(narrow)
+    assert resolve([config]).space.params["h0"].high == 1.0  # no space named: the inline one stands
