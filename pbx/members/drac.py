@@ -1,0 +1,195 @@
+"""PPO with DrAC's augmentation regulariser, as a population member.
+
+Raileanu et al. (2021), "Automatic Data Augmentation for Generalization in Deep
+Reinforcement Learning": PPO's loss gains ``aug_coef * (G_pi + G_V)`` on each
+minibatch, with ``G_V = 1/2 (V(s) - V(aug(s)))^2`` and ``G_pi`` the divergence of
+the policy on the augmented observation from the policy on the original, the
+original's side held fixed (detached), so the augmentation teaches invariance
+without PPO's own targets seeing augmented data. The PB2-Mix paper (Parker-Holder
+et al., 2021) tunes ``aug_type`` (categorical) and ``aug_coef`` on the fly; both
+are run-time hyperparameters here, applied like PPO's own by :meth:`DrACMember.apply`.
+
+The augmentation's random draws come from a ``torch.Generator`` of the member's
+own on the observations' device (:mod:`pbx.members.augment`), not from torch's
+global generator that :class:`~pbx.members.ppo.PPOMember` swaps in: SB3's action
+sampling and minibatch order stay exactly where plain PPO has them (DrAC with
+``aug_coef`` 0 trains bit for bit as PPO), and draws on a GPU need no host round
+trip. The generator's state is part of the checkpoint; an exploit keeps the
+recipient's own, like its other random streams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+# pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
+from pbx.envs import is_procgen  # isort: skip
+from stable_baselines3 import PPO
+
+from pbx.errors import UsageError
+from pbx.members.augment import AUGMENTATIONS
+from pbx.members.base import MemberContext
+from pbx.members.ppo import PPOMember, PPOSettings, _finite_number
+from pbx.space import Config
+
+
+@dataclass
+class DrACSettings(PPOSettings):
+    """PPO's settings and DrAC's two, which a search space may explore like PPO's."""
+
+    hyperparameters: ClassVar[tuple[str, ...]] = PPOSettings.hyperparameters + ("aug_type", "aug_coef")
+    domains: ClassVar[Mapping[str, tuple[Callable[[Any], bool], str]]] = {
+        **PPOSettings.domains,
+        "aug_type": (lambda v: v in AUGMENTATIONS, f"one of {', '.join(AUGMENTATIONS)}"),
+        "aug_coef": (lambda v: _finite_number(v) and v >= 0, "a number >= 0"),
+    }
+
+    aug_type: str = "crop"
+    """The augmentation (see :mod:`pbx.members.augment`); DrAC's best single choice on most games is crop."""
+    aug_coef: float = 0.1
+    """Weight of the regulariser G_pi + G_V in the loss (DrAC's default); 0 trains plain PPO."""
+
+
+class _AlsoDifferentiate(torch.autograd.Function):
+    """Identity on ``x`` whose backward also sends gradient 1 into the scalar ``extra``.
+
+    A loss built from the output then back-propagates as if ``extra`` had been added to it:
+    one ``loss.backward()`` in SB3's own update differentiates ``loss + extra``.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return grad, grad.new_ones(())
+
+
+def drac_terms(logits: torch.Tensor, values: torch.Tensor, aug_logits: torch.Tensor,
+               aug_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(G_pi, G_V)`` for a minibatch: the policy's and the value's change under augmentation.
+
+    ``G_pi`` is the exact KL(pi(.|s) || pi(.|aug s)) of the categorical action
+    distributions, averaged over the minibatch. DrAC's code instead samples one action
+    a ~ pi(.|s) per observation and uses -log pi(a|aug s), an unbiased one-sample estimate
+    of the same gradient; with a discrete action space the exact sum over actions costs one
+    softmax more and no forward pass, and removes that sampling noise. ``G_V`` is
+    1/2 (V(s) - V(aug s))^2, averaged. The original observation's side is detached.
+
+    Args:
+        logits, values: the policy's action logits (batch, actions) and values (batch, 1) on s.
+        aug_logits, aug_values: the same on aug(s).
+    """
+    log_p = F.log_softmax(logits.detach(), dim=-1)
+    log_q = F.log_softmax(aug_logits, dim=-1)
+    g_pi = (log_p.exp() * (log_p - log_q)).sum(dim=-1).mean()
+    g_v = 0.5 * (values.detach() - aug_values).pow(2).mean()
+    return g_pi, g_v
+
+
+class DrACPPO(PPO):
+    """SB3's PPO whose update adds ``aug_coef * (G_pi + G_V)`` to each minibatch's loss.
+
+    ``aug_type``, ``aug_coef`` and ``augment_rng`` are read at every minibatch, so values set
+    between updates hold from the next one.
+    """
+
+    def __init__(self, *args: Any, aug_type: str = DrACSettings.aug_type, aug_coef: float = DrACSettings.aug_coef,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.aug_type = aug_type
+        self.aug_coef = aug_coef
+        self.augment_rng = torch.Generator(device=self.device)
+        """Draws every augmentation's random parameters; lives on the observations' device."""
+
+    def train(self) -> None:
+        """SB3's ``PPO.train``, unchanged, with DrAC's term in each minibatch's loss.
+
+        SB3's update runs as it is, so clipping, value clipping, learning-rate and clip-range
+        schedules, early stopping on ``target_kl`` and its logs stay SB3's own, and a new SB3
+        release brings its fixes along (no copy of its 100-line loop to keep in step). For the
+        length of the update, the policy's ``evaluate_actions`` (called once per minibatch on
+        the minibatch's observations) also runs the policy on an augmented copy of them and
+        ties ``aug_coef * (G_pi + G_V)`` to the values it returns (:class:`_AlsoDifferentiate`),
+        so SB3's ``loss.backward()`` takes its gradient with PPO's, before gradient clipping.
+        What this relies on (one ``evaluate_actions`` per minibatch, its values in the loss) is
+        checked by a test on the gradient of SB3's first step (``tests/test_drac.py``).
+
+        The minibatch arrives as the rollout buffer holds it (ProcGen: uint8 pixels, 0-255); it
+        is augmented as float32 on that scale, before the policy's preprocessing divides by 255,
+        which accepts floats as well. Float keeps DrAC's arithmetic: its random convolution is
+        not clipped to the pixel range, and colours are not rounded to 256 levels. A forward hook
+        on the action head picks up the logits SB3 computes anyway, so the original observations
+        cost no extra pass.
+        """
+        policy = self.policy
+        evaluate = policy.evaluate_actions
+        high = float(np.max(self.observation_space.high))
+        logits: list[torch.Tensor] = []
+        terms: list[tuple[float, float]] = []
+
+        def evaluate_with_drac(obs: torch.Tensor,
+                               actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+            values, log_prob, entropy = evaluate(obs, actions)
+            aug_values, _, _ = evaluate(AUGMENTATIONS[self.aug_type](obs.float(), high, self.augment_rng), actions)
+            original, augmented = logits  # the action head's outputs on obs, then on its augmented copy
+            logits.clear()
+            g_pi, g_v = drac_terms(original, values, augmented, aug_values)
+            terms.append((g_pi.item(), g_v.item()))
+            return _AlsoDifferentiate.apply(values, self.aug_coef * (g_pi + g_v)), log_prob, entropy
+
+        hook = policy.action_net.register_forward_hook(lambda module, inputs, output: logits.append(output))
+        policy.evaluate_actions = evaluate_with_drac  # type: ignore[method-assign]
+        try:
+            super().train()
+        finally:
+            hook.remove()
+            del policy.evaluate_actions
+        g_pi, g_v = np.mean(terms, axis=0)
+        self.logger.record("train/drac_policy_loss", g_pi)
+        self.logger.record("train/drac_value_loss", g_v)
+        self.logger.record("train/aug_coef", self.aug_coef)
+
+
+class DrACMember(PPOMember):
+    """PPO with DrAC's regulariser on a ProcGen game; ``aug_type`` and ``aug_coef`` change at run time."""
+
+    settings_cls = DrACSettings
+    default_space = "ppo_procgen_mix.yaml"
+    settings: DrACSettings
+    model: DrACPPO
+    algorithm = DrACPPO
+    checkpoint_keys = PPOMember.checkpoint_keys + ("augment_rng",)
+
+    @classmethod
+    def check_env(cls, env: str) -> None:
+        """Raise :class:`UsageError` unless ``env`` is a ProcGen game: DrAC augments RGB images."""
+        if not is_procgen(env):
+            raise UsageError(f"augmentation (aug_type, aug_coef) needs image observations: use a ProcGen game "
+                             f"as --env, not {env!r}")
+
+    def __init__(self, context: MemberContext, settings: DrACSettings, config: Config) -> None:
+        super().__init__(context, settings, config)
+        # a stream of its own, apart from the member's seed for torch's global generator
+        self.model.augment_rng.manual_seed(int(np.random.SeedSequence(context.seed, spawn_key=(1,)).generate_state(
+            1, np.uint64)[0]))
+
+    def apply(self, config: Config) -> None:
+        """PPO's hyperparameters as :meth:`PPOMember.apply` sets them; the augmentation's read at each minibatch."""
+        super().apply(config)
+        hp = self._hyperparameters()
+        self.model.aug_type = hp["aug_type"]
+        self.model.aug_coef = hp["aug_coef"]
+
+    def _checkpoint(self) -> dict[str, Any]:
+        return {**super()._checkpoint(), "augment_rng": self.model.augment_rng.get_state()}
+
+    def _restore_world(self, state: dict[str, Any]) -> None:
+        super()._restore_world(state)
+        self.model.augment_rng.set_state(state["augment_rng"])
