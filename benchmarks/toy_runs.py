@@ -13,12 +13,13 @@ from pbx.runners.sync import SyncRunner
 
 
 def run_toy(folder: Path, search: str, pop_size: int = 4, seed: int = 0,
-            strategy: dict[str, object] | None = None) -> History:
-    """200 steps per member, t_ready 4 (the PBT paper's figure), in ``folder``; returns the history.
+            strategy: dict[str, object] | None = None, env: str = "toy") -> History:
+    """The ``env`` toy's default budget (toy: 200 steps per member, t_ready 4, the PBT paper's figure;
+    toy-cat: 100) in ``folder``; returns the history.
 
-    ``strategy`` overrides strategy settings (e.g. PB2's ``pending``)."""
-    cfg = resolve([{"run": {"env": "toy", "search": search, "pop_size": pop_size, "t_ready": 4,
-                            "max_budget": 200, "seed": seed}, "strategy": strategy or {}}])
+    ``strategy`` overrides strategy settings (e.g. PB2's ``pending``, ``cat_exp``)."""
+    cfg = resolve([{"run": {"env": env, "search": search, "pop_size": pop_size, "seed": seed},
+                    "strategy": strategy or {}}])
     run_dir = RunDir(folder)
     run_dir.create()
     with contextlib.redirect_stdout(io.StringIO()):  # the run's round lines; a benchmark prints a table

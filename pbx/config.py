@@ -24,16 +24,17 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
 from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.yaml_files import read_yaml
-from pbx.members import Member, MemberSettings, member_class
+from pbx.members import Member, MemberSettings, member_class, space_file
 from pbx.space import Space
-from pbx.strategies import ExploitExplore, Strategy, StrategySettings, canonical_search, make_selection, strategy_class
+from pbx.strategies import (ExploitExplore, RunContext, Strategy, StrategySettings, canonical_search, make_selection,
+                            strategy_class)
 
 SEARCH_SPACES = Path(__file__).resolve().parent / "search_spaces"
 """The shipped search spaces: package data, so a non-editable install finds them too."""
@@ -49,7 +50,8 @@ class RunSettings:
     """Settings every run has (the ``run`` section)."""
 
     env: str = "bigfish"
-    """``toy``, a ProcGen game (``bigfish``) or a gymnasium id (``CartPole-v1``)."""
+    """``toy``, ``toy-cat`` (the toy with a categorical optimiser), a ProcGen game (``bigfish``) or a
+    gymnasium id (``CartPole-v1``)."""
     search: str = "PBT"
     """Strategy: ``none``, ``random``, ``PBT`` or ``PB2``."""
     selection: str = "truncation"
@@ -129,7 +131,9 @@ class RunConfig:
         return sum(self.trained_steps(r) for r in range(self.run.rounds))
 
     def build_strategy(self) -> Strategy:
-        return self.strategy_cls(self.strategy, make_selection(self.run.selection, self.run.quantile))
+        """The run's strategy, told the run's planned length and population (EXP3's rates need them)."""
+        return self.strategy_cls(self.strategy, make_selection(self.run.selection, self.run.quantile),
+                                 RunContext(rounds=self.run.rounds, pop_size=self.run.pop_size))
 
     def to_dict(self) -> dict[str, Any]:
         run = dataclasses.asdict(self.run)
@@ -188,8 +192,14 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
     env = str(run_raw.get("env", RunSettings.env))
     search = canonical_search(run_raw.get("search", RunSettings.search))
     run_raw["search"] = search
-    member_cls = member_class(env)
     strat_cls = strategy_class(search)
+    # The space comes first: it decides the member (DrAC's PPO when it holds an augmentation), and
+    # --cat_exp on a ProcGen game with no space named takes PB2-Mix's space.
+    # A resolved config.yaml carries its space inline; a space named by a flag or -m replaces it.
+    categorical = "cat_exp" in merged["strategy"] or any(k in ("cat_exp", "strategy.cat_exp") for k in flat)
+    space_source, space = _load_space(flat.get("run.space", run_raw.get("space")),
+                                      lambda: space_file(env, categorical), None if named_space else space_spec)
+    member_cls = member_class(env, [*space.names, *member_input])
     run_raw = {**member_cls.run_defaults(env), **run_raw}
 
     sections = {"run": RunSettings, "strategy": strat_cls.settings_cls, "member": member_cls.settings_cls}
@@ -199,6 +209,8 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
         raw[section][name] = canonical_search(value) if (section, name) == ("run", "search") else value
     for section, cls in sections.items():
         unknown = set(raw[section]) - _field_names(cls)
+        if section == "strategy" and unknown & {"cat_exp", "fixed_cat_val"}:
+            raise UsageError(f"--cat_exp and --fixed_cat_val are settings of --search PBT and PB2, not {search}")
         if unknown:
             raise UsageError(f"unknown {section} setting(s) {sorted(unknown)}; valid: {sorted(_field_names(cls))}")
 
@@ -211,10 +223,9 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
     member = build(member_cls.settings_cls, raw["member"])
     make_selection(run.selection, run.quantile)
 
-    # A resolved config.yaml carries its space inline; a space named by a flag or -m replaces it.
-    space_source, space = _load_space(run, member_cls, None if named_space else space_spec)
     _refuse_searched(member_input, member_cls.settings_cls, space, space_source)
     member_cls.validate(space, member, run.device)
+    strat_cls.validate(strategy, space)
     return RunConfig(run, strategy, member, space, space_source, member_cls, strat_cls)
 
 
@@ -317,11 +328,12 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
     return value
 
 
-def _load_space(run: RunSettings, member_cls: type[Member], spec: Any) -> tuple[str, Space]:
-    """The space from an inline spec (a resolved config.yaml), a path, or a file under search_spaces/."""
+def _load_space(named: Any, default: Callable[[], str], spec: Any) -> tuple[str, Space]:
+    """The space from an inline spec (a resolved config.yaml), the file ``named`` (a path, or a file
+    under search_spaces/), or the ``default`` file of the run's env."""
     if spec is not None:
-        return run.space or "inline", Space.from_dict(spec, source="config space")
-    name = run.space if run.space is not None else member_cls.space_file(run.env)
+        return str(named) if named else "inline", Space.from_dict(spec, source="config space")
+    name = str(named) if named is not None else default()
     path = Path(name)
     if not path.is_file() and (SEARCH_SPACES / name).is_file():
         path = SEARCH_SPACES / name

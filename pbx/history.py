@@ -95,7 +95,8 @@ class History:
         """A new history with ``rows`` appended (the original is unchanged)."""
         # object columns keep each value as given (pandas would turn a None choice into NaN)
         new = pd.DataFrame([r.as_record(self.hp_names) for r in rows], columns=self.frame.columns, dtype=object)
-        frame = new if not len(self.frame) else pd.concat([self.frame, new], ignore_index=True)
+        # both sides as objects: pandas 2 warns when an all-NaN column of ``new`` meets a typed one
+        frame = new if not len(self.frame) else pd.concat([self.frame.astype(object), new], ignore_index=True)
         return History(self.hp_names, _typed(frame))
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from pbx.config import RunConfig, resolve
 from pbx.history import History, Row
 from pbx.run_dir import RunDir
 from pbx.runners.sync import SyncRunner
-from pbx.space import Categorical, Continuous, Space
+from pbx.space import Categorical, Config, Continuous, Space
 
 
 def toy_config(**run: object) -> RunConfig:
@@ -61,6 +62,22 @@ def synthetic_history(space: Space, pop: int, rounds: int, seed: int = 0) -> His
             score = r * (1.0 + 0.1 * (pop - m)) + rng.normal(0, 0.01)
             rows.append(Row(member=m, round=r, steps=(r + 1) * 10, wall_s=float(r), score=score,
                             test_score=float("nan"), parent=m, explored=False, config=configs[m]))
+    return History(space.names).with_rows(rows)
+
+
+def rate_history(space: Space, rate: Callable[[Config], float], rounds: int, pop: int, seed: int = 0,
+                 noise: float = 0.02, steps: int = 100) -> History:
+    """Every member draws a fresh config each round and improves at ``rate(config)`` plus noise per step."""
+    rng = np.random.default_rng(seed)
+    scores = np.zeros(pop)
+    rows = []
+    for r in range(rounds):
+        for m in range(pop):
+            config = space.sample(rng)
+            if r:
+                scores[m] += steps * (rate(config) + rng.normal(0, noise))
+            rows.append(Row(member=m, round=r, steps=(r + 1) * steps, wall_s=float(r), score=float(scores[m]),
+                            test_score=float("nan"), parent=m, explored=r > 0, config=config))
     return History(space.names).with_rows(rows)
 
 

@@ -19,9 +19,13 @@ from pbx.strategies.pb2 import PB2, Acquisition, PB2Settings, Posterior, interva
 from pbx.strategies.base import Pending, RoundContext
 from pbx.strategies.selection import WinnerTakesAll
 
+from conftest import rate_history
+
 STEPS = 100
 PEAK = np.array([0.3, 0.7])
 NAN = float("nan")
+RNG = np.random.default_rng(0)
+"""The generator prepare() is handed; with cat_exp random it draws nothing from it."""
 
 
 @pytest.fixture
@@ -42,17 +46,7 @@ def peak_rate(unit: np.ndarray) -> float:
 
 def peaked_history(space: Space, rounds: int = 16, pop: int = 8, seed: int = 0, noise: float = 0.02) -> History:
     """Every member draws a fresh config each round and improves at ``peak_rate`` plus noise."""
-    rng = np.random.default_rng(seed)
-    scores = np.zeros(pop)
-    rows = []
-    for r in range(rounds):
-        for m in range(pop):
-            config = space.sample(rng)
-            if r:
-                scores[m] += STEPS * (peak_rate(space.to_unit(config)) + rng.normal(0, noise))
-            rows.append(Row(member=m, round=r, steps=(r + 1) * STEPS, wall_s=float(r), score=float(scores[m]),
-                            test_score=NAN, parent=m, explored=r > 0, config=config))
-    return History(space.names).with_rows(rows)
+    return rate_history(space, lambda config: peak_rate(space.to_unit(config)), rounds, pop, seed, noise, STEPS)
 
 
 def flat_history(space: Space, rounds: int = 6, pop: int = 4, score=lambda m, r: float(r)) -> History:
@@ -112,7 +106,7 @@ def test_picks_the_peak_of_the_improvement_rate(space: Space) -> None:
     for seed in range(10):
         history = peaked_history(space, seed=seed)
         strategy = PB2()
-        new = pick(strategy, history, space, seed, [], strategy.prepare(history, space))
+        new = pick(strategy, history, space, seed, [], strategy.prepare(history, space, 1, RNG))
         hits += np.linalg.norm(space.to_unit(new) - PEAK) < 0.1
     assert hits >= 7
 
@@ -121,7 +115,7 @@ def test_picks_the_peak_of_the_improvement_rate(space: Space) -> None:
 def test_a_pending_pick_pushes_the_next_one_away(space: Space, seed: int) -> None:
     history = peaked_history(space, rounds=4, seed=seed)
     strategy = PB2()
-    context = strategy.prepare(history, space)
+    context = strategy.prepare(history, space, 1, RNG)
     first = pick(strategy, history, space, seed, [], context)
     # The same generator without pending would return `first` again: the difference is the pending term.
     assert pick(strategy, history, space, seed, [], context) == first
@@ -133,12 +127,13 @@ def test_a_running_members_config_pushes_the_pick_away(space: Space, seed: int) 
     """With one recipient per round, the running members are the only pending points: they must act."""
     history = peaked_history(space, rounds=4, seed=seed)
     strategy = PB2()
-    context = strategy.prepare(history, space)
+    context = strategy.prepare(history, space, 1, RNG)
     alone = pick(strategy, history, space, seed, [], context)  # nothing pending
     donor, _ = best_donor(history)
     # the member nearest the donor in (t, R) already runs the config the pick would take
-    other = min((m for m in context.queries if m != donor),
-                key=lambda m: np.linalg.norm(np.subtract(context.queries[m], context.queries[donor])))
+    queries = context.gps[()].queries
+    other = min((m for m in queries if m != donor),
+                key=lambda m: np.linalg.norm(np.subtract(queries[m], queries[donor])))
     running = [Pending(other, alone)]
     spread = PB2(PB2Settings(pending="running"))
     assert distance(space, pick(spread, history, space, seed, [], context, running), alone) > 0.05
@@ -199,7 +194,7 @@ def test_each_pick_carries_the_fit_behind_it(mixed: Space, pending: str, counts:
     """``Decision.info``: the round's fitted GP, the size of the pending set and the pick's UCB, as numbers."""
     history = peaked_history(mixed, rounds=5)  # 8 members: 2 recipients, 6 running
     strategy = PB2(PB2Settings(pending=pending))
-    kernel = strategy.prepare(history, mixed).posterior.kernel
+    kernel = strategy.prepare(history, mixed, 1, RNG).gps[()].posterior.kernel
     explored = [d for d in strategy.decide(history, mixed, np.random.default_rng(0)) if d.explored]
     assert [d.info["pending"] for d in explored] == counts
     for d in explored:
@@ -281,7 +276,7 @@ def test_decisions_in_bounds_from_top_quantile_donors_with_readable_ops(mixed: S
 
 
 def _assert_pbt_fallback(strategy: PB2, history: History, space: Space) -> None:
-    assert strategy.prepare(history, space) is None
+    assert strategy.prepare(history, space, 1, RNG).gps[()] is None
     for d in strategy.decide(history, space, np.random.default_rng(0)):
         assert in_bounds(space, d.config)
         assert not any("(PB2)" in op for op in d.ops)
@@ -327,19 +322,19 @@ def test_a_failed_fit_retries_with_fixed_noise(space: Space, monkeypatch) -> Non
     calls = []
     real_fit = pb2.fit_kernel
 
-    def failing_once(X, y, fixed_noise=None):
+    def failing_once(X, y, fixed_noise=None, n_cat=0):
         calls.append(fixed_noise)
         if fixed_noise is None:
             raise linalg.LinAlgError("not positive definite")
-        return real_fit(X, y, fixed_noise)
+        return real_fit(X, y, fixed_noise, n_cat)
 
     monkeypatch.setattr(pb2, "fit_kernel", failing_once)
-    assert PB2().prepare(peaked_history(space, rounds=4), space) is not None
+    assert PB2().prepare(peaked_history(space, rounds=4), space, 1, RNG).gps[()] is not None
     assert calls == [None, pb2.FALLBACK_NOISE]
 
 
 def test_a_gp_that_keeps_failing_falls_back_to_pbt_and_warns_once(mixed: Space, monkeypatch, caplog) -> None:
-    def failing(X, y, fixed_noise=None):
+    def failing(X, y, fixed_noise=None, n_cat=0):
         raise linalg.LinAlgError("not positive definite")
 
     monkeypatch.setattr(pb2, "fit_kernel", failing)
@@ -362,7 +357,7 @@ def test_cholesky_adds_jitter_to_a_singular_matrix_and_gives_up_on_nan() -> None
 def test_only_categorical_parameters_explore_as_pbt() -> None:
     space = Space({"aug": Categorical(("crop", "flip"))})
     history = flat_history(space)
-    assert PB2().prepare(history, space) is None
+    assert PB2().prepare(history, space, 1, RNG).gps[()] is None
     assert all(in_bounds(space, d.config) for d in PB2().decide(history, space, np.random.default_rng(0)))
 
 

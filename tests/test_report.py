@@ -146,7 +146,12 @@ def test_run_summary_names_best_member_and_final_score(runs: dict[Path, list[Row
     summary = (path / "report" / "summary.md").read_text()
     assert f"Final score: train {train:.4g}, test {test:.4g}** (member {best})" in summary
     assert table_row(summary, f"**{best}** (best)")[1] == f"{train:.4g}"
-    assert sum(1 for line in summary.splitlines() if line.startswith("| ")) == 2 + POP
+    members, categories = summary.split("Scores and configs are")
+    assert sum(1 for line in members.splitlines() if line.startswith("| ")) == 2 + POP
+    # each choice of the categorical hyperparameter: its share of member-rounds, over the run and at the end
+    shares = [line.split(" | ") for line in categories.splitlines() if line.startswith("| aug |")]
+    assert [row[1] for row in shares] == ["crop", "flip", "rotate"]
+    assert sum(int(row[2].rstrip("%")) for row in shares) in (99, 100, 101)
 
 
 def test_comparison_table_has_mean_std_of_the_headline_numbers(runs: dict[Path, list[Row]],

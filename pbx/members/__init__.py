@@ -1,23 +1,57 @@
 """What a population trains: the member contract and the member types.
 
-``--env toy`` trains the PBT paper's toy problem; any other ``--env`` (a ProcGen
-game or a gymnasium id) trains Stable-Baselines3 PPO. The PPO member is imported
-only when asked for, so toy runs never pay for importing torch.
+``--env toy`` trains the PBT paper's toy problem (``toy-cat``: with a categorical
+"optimiser"); any other ``--env`` (a ProcGen game or a gymnasium id) trains
+Stable-Baselines3 PPO, with DrAC's augmentation regulariser when the run's space
+or member settings hold its hyperparameters (:data:`AUGMENTATION`). The PPO
+members are imported only when asked for, so toy runs never pay for importing torch.
 """
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from pbx.members.base import Diverged, Member, MemberContext, MemberSettings
-from pbx.members.toy import ToyMember
+from pbx.members.toy import TOY_ENVS, ToyMember
 
-__all__ = ["Diverged", "Member", "MemberContext", "MemberSettings", "ToyMember", "member_class"]
+__all__ = ["AUGMENTATION", "Diverged", "Member", "MemberContext", "MemberSettings", "ToyMember", "member_class",
+           "space_file"]
+
+AUGMENTATION = ("aug_type", "aug_coef")
+"""Hyperparameters only DrAC's PPO has: a run whose space or member settings name one trains
+:class:`pbx.members.drac.DrACMember`."""
 
 
-def member_class(env: str) -> type[Member]:
-    """The member type that trains on ``env``; raises UsageError for an env nothing can train on."""
-    if env == "toy":
+def member_class(env: str, hyperparameters: Iterable[str] = ()) -> type[Member]:
+    """The member type that trains on ``env``; raises UsageError for an env nothing can train on.
+
+    ``hyperparameters``: the names the run's search space and member settings hold.
+    """
+    if env in TOY_ENVS:
         return ToyMember
     from pbx.members.ppo import PPOMember
 
     PPOMember.check_env(env)
+    if set(hyperparameters) & set(AUGMENTATION):
+        from pbx.members.drac import DrACMember
+
+        DrACMember.check_env(env)
+        return DrACMember
     return PPOMember
+
+
+def space_file(env: str, categorical: bool = False) -> str:
+    """The search space (a file under ``search_spaces/``) of a run on ``env`` that names none.
+
+    ``categorical``: the run asks for categorical exploration (``--cat_exp``); on a
+    ProcGen game that is PB2-Mix's space, whose categorical hyperparameter is DrAC's
+    augmentation (the ProcGen paper's plain PPO space has none).
+    """
+    cls = member_class(env)
+    if categorical and cls is not ToyMember:
+        from pbx.envs import is_procgen
+        from pbx.members.drac import DrACMember
+
+        if is_procgen(env):
+            return DrACMember.default_space
+    return cls.space_file(env)

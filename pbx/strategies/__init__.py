@@ -5,7 +5,9 @@ file in this package with a :class:`Strategy` subclass, added here.
 """
 
 from pbx.errors import UsageError
-from pbx.strategies.base import Decision, ExploitExplore, Explored, Pending, RoundContext, Strategy, StrategySettings
+from pbx.strategies.base import (Decision, ExploitExplore, Explored, Pending, RoundContext, RunContext, Strategy,
+                                 StrategySettings)
+from pbx.strategies.categorical import CAT_EXPS
 from pbx.strategies.fixed import Fixed
 from pbx.strategies.pb2 import PB2, PB2Settings
 from pbx.strategies.pbt import PBT, PBTSettings
@@ -13,7 +15,8 @@ from pbx.strategies.random_search import RandomSearch
 from pbx.strategies.selection import SELECTIONS, Selection, Truncation, WinnerTakesAll, make_selection
 
 __all__ = [
-    "Decision", "ExploitExplore", "Explored", "Pending", "Fixed", "PB2", "PB2Settings", "PBT", "PBTSettings", "RandomSearch", "RoundContext",
+    "CAT_EXPS", "Decision", "ExploitExplore", "Explored", "Pending", "Fixed", "PB2", "PB2Settings", "PBT", "PBTSettings", "RandomSearch", "RoundContext",
+    "RunContext",
     "SELECTIONS", "STRATEGIES", "Selection", "Strategy", "StrategySettings", "Truncation", "WinnerTakesAll",
     "canonical_search", "make_selection", "strategy_class",
 ]

@@ -56,6 +56,20 @@ class StrategySettings:
     """Settings shared by every strategy (the ``strategy`` section of ``config.yaml``)."""
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """What a strategy may know of the run beyond the history: its planned length and population.
+
+    Given explicitly (:meth:`pbx.config.RunConfig.build_strategy`), so ``decide`` stays a
+    function of its arguments and the strategy's construction. EXP3's exploration and
+    share rates need it (:mod:`pbx.strategies.exp3`).
+    """
+
+    rounds: int
+    """Rounds the run is planned to last (a resume that extends ``max_budget`` changes it from then on)."""
+    pop_size: int
+
+
 class Strategy(ABC):
     """What every strategy has: a name, settings, a selection rule, starting configs and ``decide``."""
 
@@ -63,9 +77,19 @@ class Strategy(ABC):
     """The ``--search`` name."""
     settings_cls: ClassVar[type[StrategySettings]] = StrategySettings
 
-    def __init__(self, settings: StrategySettings | None = None, selection: Selection | None = None) -> None:
+    def __init__(self, settings: StrategySettings | None = None, selection: Selection | None = None,
+                 context: RunContext | None = None) -> None:
         self.settings = settings if settings is not None else self.settings_cls()
         self.selection = selection if selection is not None else Truncation()
+        self.context = context
+        """None outside a run (a strategy on a synthetic history); a setting that needs it says so."""
+
+    @classmethod
+    def validate(cls, settings: StrategySettings, space: Space) -> None:
+        """Raise :class:`~pbx.errors.UsageError` for settings that cannot work on ``space``.
+
+        Called once when a run's config is resolved, before anything trains.
+        """
 
     def initial_configs(self, space: Space, pop_size: int, rng: np.random.Generator) -> list[Config]:
         """Each member's starting config; by default independent draws from the prior."""
@@ -113,6 +137,11 @@ class RoundContext:
     picks: list[Pending] = field(default_factory=list)
     """Configs already chosen for recipients this round, in order, each from its donor's time and score."""
 
+    @property
+    def recipient(self) -> int:
+        """The position among this round's recipients of the member being explored (0 for the first)."""
+        return len(self.picks)
+
 
 class ExploitExplore(Strategy):
     """Truncation/winner selection, then a subclass-specific explore step for each member that copied."""
@@ -124,7 +153,7 @@ class ExploitExplore(Strategy):
         # The selection works on positions in the latest round; map them to member ids once, here.
         positions = self.selection.pairs(latest["score"].to_numpy(dtype=float), rng)
         pairs = {members[r]: members[d] for r, d in positions.items()}
-        round_ = RoundContext(history, space, self.prepare(history, space) if pairs else None,
+        round_ = RoundContext(history, space, self.prepare(history, space, len(pairs), rng) if pairs else None,
                               running=[Pending(m, configs[m]) for m in members if m not in pairs])
         decisions = []
         for m in members:
@@ -137,8 +166,10 @@ class ExploitExplore(Strategy):
             decisions.append(Decision(m, donor, new, tuple(ops), explored=True, info=info))
         return decisions
 
-    def prepare(self, history: History, space: Space) -> Any:
-        """Called once per :meth:`decide`, before any ``explore``: fit what the round's picks share."""
+    def prepare(self, history: History, space: Space, recipients: int, rng: np.random.Generator) -> Any:
+        """Called once per :meth:`decide` with ``recipients`` > 0 members to explore, before any ``explore``:
+        fit what the round's picks share (PB2: its GP), or draw what they are given together (EXP3's
+        distinct categories, from ``rng``)."""
         return None
 
     @abstractmethod

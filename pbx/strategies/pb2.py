@@ -17,7 +17,26 @@ keep running, each at its own time and score, as the PB2 authors' ProcGen code
 does. With one recipient per round (population 4, quantile 0.25: the paper's
 setting) the picks alone leave the pending set empty and the spread never acts.
 
-Categorical hyperparameters are explored as in PBT (the paper's PB2-Rand).
+Categorical hyperparameters follow ``cat_exp`` (:mod:`pbx.strategies.categorical`;
+Parker-Holder et al., "Tuning Mixed Input Hyperparameters on the Fly for Efficient
+Population Based AutoRL", NeurIPS 2021):
+
+- ``random`` (default; PB2-Rand) and ``fixed``: categories as PBT (or held), one GP
+  over ``(t, R_before, continuous)`` on every interval;
+- ``exp3_dep`` (= ``exp3``; PB2-Mult): EXP3 picks the category; the GP is fit on the
+  intervals that ran that category only, and its pending points are those of that
+  category (the reference code leaves the pending points unfiltered, so configs
+  running another category shrink this category's variance). With fewer than
+  :data:`MIN_ROWS` such intervals, the continuous values are explored as PBT does
+  and EXP3's category is kept (the reference drops it and copies the donor's config);
+- ``exp3_indep``: EXP3 picks the category; one GP on every interval, category ignored;
+- ``cocabo`` (PB2-Mix): EXP3 picks the category; one GP over
+  ``(t, R_before, categories, continuous)`` with the CoCaBO kernel
+  (:class:`~pbx.strategies.kernels.MixedKernel`), and the acquisition is maximised
+  with the category that will run held fixed. The reference holds the donor's
+  category there while returning EXP3's, so its continuous values are tuned for a
+  category the member does not run.
+
 With too little data (round 0), or when the GP fails numerically, PB2 explores
 as PBT does, as the paper and Ray do; a run never dies of a GP failure.
 
@@ -37,8 +56,8 @@ import io
 import logging
 import math
 import warnings
-from dataclasses import dataclass
-from typing import Iterator
+from dataclasses import dataclass, field
+from typing import ClassVar, Iterator
 
 import GPy
 import numpy as np
@@ -51,9 +70,10 @@ from threadpoolctl import threadpool_limits
 from pbx.errors import UsageError
 from pbx.history import History
 from pbx.space import Config, Continuous, Space
-from pbx.strategies.base import Decision, ExploitExplore, Explored, RoundContext
-from pbx.strategies.kernels import TimeVaryingSE, se_gradient, sq_dist
-from pbx.strategies.pbt import PBTSettings, perturb
+from pbx.strategies.base import Decision, Explored, RoundContext
+from pbx.strategies.categorical import BANDITS, CAT_EXPS, CategoryBandits, codes, config_codes, fixed_values
+from pbx.strategies.kernels import MixedKernel, TimeVaryingSE, se_gradient, sq_dist
+from pbx.strategies.pbt import PBT, PBTSettings, perturb
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +107,14 @@ PENDING = ("running", "picks")
 """The values of :attr:`PB2Settings.pending`."""
 
 
+Kernel = TimeVaryingSE | MixedKernel
+
+
 @dataclass
 class PB2Settings(PBTSettings):
     """PB2's settings; ``resample_prob`` applies when PB2 falls back to PBT's explore."""
+
+    cat_exps: ClassVar[tuple[str, ...]] = CAT_EXPS
 
     window: int = 1000
     """Most recent intervals the GP keeps; older ones describe a different stage of training."""
@@ -139,6 +164,15 @@ class Intervals:
     """(n, d) the interval's continuous hyperparameters in the unit cube."""
     rate: np.ndarray
     """(n,) improvement rate ``(R_after - R_before) / steps``."""
+    round: np.ndarray
+    """(n,) the round the interval was trained in."""
+    cats: np.ndarray
+    """(n, m) the interval's categorical hyperparameters as choice indices (:func:`categorical.codes`)."""
+
+    def where(self, keep: np.ndarray) -> Intervals:
+        """The intervals ``keep`` (a boolean mask) selects."""
+        return Intervals(self.t[keep], self.reward[keep], self.unit[keep], self.rate[keep], self.round[keep],
+                         self.cats[keep])
 
 
 def intervals(history: History, space: Space, window: int) -> Intervals:
@@ -158,7 +192,8 @@ def intervals(history: History, space: Space, window: int) -> Intervals:
     usable = np.flatnonzero(np.isfinite(rate) & np.isfinite(rows["before"].to_numpy(float))
                             & np.all(np.isfinite(unit), 1))[-window:]
     return Intervals(rows["t"].to_numpy(float)[usable], rows["before"].to_numpy(float)[usable],
-                     unit[usable], rate[usable])
+                     unit[usable], rate[usable], rows["round"].to_numpy(int)[usable],
+                     codes(space, rows, len(rows))[usable])
 
 
 def unit_columns(rows: pd.DataFrame, space: Space) -> np.ndarray:
@@ -172,7 +207,7 @@ def unit_columns(rows: pd.DataFrame, space: Space) -> np.ndarray:
         assert isinstance(param, Continuous)  # space.continuous lists only those
         values, index = np.unique(rows[name].to_numpy(float), return_inverse=True)
         columns.append(np.array([param.to_unit(v) if np.isfinite(v) else np.nan for v in values])[index])
-    return np.column_stack(columns).reshape(len(rows), len(columns))
+    return np.column_stack(columns) if columns else np.zeros((len(rows), 0))
 
 
 @dataclass(frozen=True)
@@ -216,13 +251,22 @@ def quiet() -> Iterator[None]:
             log.setLevel(level)
 
 
-def fit_kernel(X: np.ndarray, y: np.ndarray, fixed_noise: float | None = None) -> tuple[TimeVaryingSE, float]:
+def make_kernel(X: np.ndarray, n_cat: int) -> Kernel:
+    """A fresh kernel for inputs ``X``: the time-varying SE, or with ``n_cat`` category columns the
+    mixed kernel (both parts' variances starting at 1, so ``k(x, x)`` starts at 1 as ``lambda = 1/2``)."""
+    if n_cat:
+        return MixedKernel(n_cat, X.shape[1] - 2 - n_cat)
+    return TimeVaryingSE(X.shape[1], variance=SIGNAL_INIT)
+
+
+def fit_kernel(X: np.ndarray, y: np.ndarray, fixed_noise: float | None = None, n_cat: int = 0) -> tuple[Kernel, float]:
     """Marginal-likelihood fit from a fixed start (no random restarts: decisions must replay).
 
+    ``n_cat``: category columns after ``(t, R_before)`` (the mixed kernel), 0 for none.
     Returns the fitted kernel and the likelihood noise variance. Raises
     ``LinAlgError`` or ``FloatingPointError`` when the fit fails or ends non-finite.
     """
-    kernel = TimeVaryingSE(X.shape[1], variance=SIGNAL_INIT)
+    kernel = make_kernel(X, n_cat)
     model = GPy.models.GPRegression(X, y[:, None], kernel, noise_var=fixed_noise or NOISE_INIT)
     if fixed_noise is None:
         model.Gaussian_noise.variance.constrain_bounded(*NOISE_BOUNDS, warning=False)
@@ -249,7 +293,7 @@ def cholesky(A: np.ndarray) -> np.ndarray:
 class Posterior:
     """The GP conditioned on every window row, with the fitted kernel; predicts the latent ``f``."""
 
-    def __init__(self, kernel: TimeVaryingSE, noise: float, X: np.ndarray, y: np.ndarray) -> None:
+    def __init__(self, kernel: Kernel, noise: float, X: np.ndarray, y: np.ndarray) -> None:
         self.kernel, self.noise, self.X = kernel, noise, X
         A = kernel.K(X)  # a fresh array (K scales a cached one), so ours to modify
         A[np.diag_indices_from(A)] += noise
@@ -268,28 +312,32 @@ class Posterior:
 
 
 class Acquisition:
-    """UCB at a fixed ``(t, R_before)``: mean of the data GP plus ``kappa`` times the std of the pending GP.
+    """UCB at fixed ``(t, R_before[, categories])``: mean of the data GP plus ``kappa`` times the std of the
+    pending GP.
 
     The pending GP is the data GP with the pending points added as observations,
-    each at its own ``(t, R_before)`` (the first two of its columns). Its variance
-    is computed exactly by conditioning the data GP's posterior on those points,
-    ``var - c (C + noise I)^-1 c'``, so the window is never refactorised.
-    Points are rows of the unit cube over the continuous hyperparameters; with
-    time and reward fixed the kernel is a factor per window row times a squared
-    exponential in those columns (:meth:`TimeVaryingSE.fixed_factor`), so one
-    evaluation costs two triangular solves with the window's Cholesky factor.
+    each at its own ``(t, R_before[, categories])`` (its first ``q`` columns, ``q`` the
+    query's length). Its variance is computed exactly by conditioning the data GP's
+    posterior on those points, ``var - c (C + noise I)^-1 c'``, so the window is
+    never refactorised. Points are rows of the unit cube over the continuous
+    hyperparameters; with the first ``q`` columns fixed the kernel against a window
+    row is an offset plus a factor times a squared exponential in the rest
+    (:meth:`TimeVaryingSE.fixed_parts`), so one evaluation costs two triangular
+    solves with the window's Cholesky factor.
     """
 
-    def __init__(self, posterior: Posterior, query: tuple[float, float], pending: np.ndarray, kappa: float) -> None:
-        """``pending``: (k, 2 + d) rows of (scaled t, scaled R_before, unit hyperparameters)."""
+    def __init__(self, posterior: Posterior, query: tuple[float, ...], pending: np.ndarray, kappa: float) -> None:
+        """``pending``: (k, q + d) rows of (scaled t, scaled R_before[, category codes], unit hyperparameters)."""
         kernel, X = posterior.kernel, posterior.X
         fixed = np.asarray(query, dtype=float)
+        q = len(fixed)
         P = np.asarray(pending, dtype=float).reshape(len(pending), X.shape[1])  # (k, D)
-        self.post, self.kappa, self.pending = posterior, kappa, P[:, 2:]
-        self.lengthscale = float(kernel.lengthscale.values[0])
-        self.prior_var = float(kernel.variance.values[0])  # k(z, z)
-        self.H, self.factor = X[:, 2:], kernel.fixed_factor(fixed, X)  # (n, d), (n,)
-        self.factor_p = kernel.fixed_factor(fixed, P)  # each pending point's own (t, R) against the query's
+        self.post, self.kappa, self.pending = posterior, kappa, P[:, q:]
+        self.lengthscale = kernel.free_lengthscale
+        self.prior_var = float(kernel.Kdiag(X[:1])[0])  # k(z, z), the same for every z
+        self.H = X[:, q:]  # (n, d)
+        self.offset, self.factor = kernel.fixed_parts(fixed, X)  # (n,), (n,)
+        self.offset_p, self.factor_p = kernel.fixed_parts(fixed, P)  # each pending point's own columns
         self.v_xp = posterior.whiten(kernel.K(P, X)).T  # (n, k)
         cov = kernel.K(P) - self.v_xp.T @ self.v_xp + posterior.noise * np.eye(len(P))
         self.cov_inv = linalg.cho_solve((cholesky(cov), True), np.eye(len(P))) if len(P) else cov
@@ -297,9 +345,11 @@ class Acquisition:
     def __call__(self, unit: np.ndarray, gradient: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         """UCB at the rows of ``unit`` (m, d), and its gradient (m, d) if asked."""
         post = self.post
-        k_zx = self.factor * np.exp(-sq_dist(unit, self.H) / self.lengthscale)  # (m, n)
+        se_zx = self.factor * np.exp(-sq_dist(unit, self.H) / self.lengthscale)  # (m, n): the part that moves
+        k_zx = self.offset + se_zx
         v_zx = post.whiten(k_zx)  # (m, n)
-        k_zp = self.factor_p * np.exp(-sq_dist(unit, self.pending) / self.lengthscale)  # (m, k)
+        se_zp = self.factor_p * np.exp(-sq_dist(unit, self.pending) / self.lengthscale)  # (m, k)
+        k_zp = self.offset_p + se_zp
         c = k_zp - v_zx @ self.v_xp  # data-posterior covariance with the pending points
         b = c @ self.cov_inv
         var = self.prior_var - np.sum(v_zx * v_zx, 1) - np.sum(b * c, 1)
@@ -310,9 +360,9 @@ class Acquisition:
         # d std = d var / (2 std); d var = -2 (K + noise I)^-1 (k_zx - k_xp b) . dk_zx - 2 b . dk_zp
         # (through c), and (K + noise I)^-1 = L^-T L^-1.
         coef = np.where(var > VAR_FLOOR, self.kappa / std, 0.0)[:, None]
-        weights_x = (post.alpha[None, :] - coef * post.whiten(v_zx - b @ self.v_xp.T, transpose=True)) * k_zx
+        weights_x = (post.alpha[None, :] - coef * post.whiten(v_zx - b @ self.v_xp.T, transpose=True)) * se_zx
         grad = se_gradient(weights_x, unit, self.H, self.lengthscale)
-        grad += se_gradient(-coef * b * k_zp, unit, self.pending, self.lengthscale)
+        grad += se_gradient(-coef * b * se_zp, unit, self.pending, self.lengthscale)
         return ucb, grad
 
 
@@ -358,7 +408,7 @@ def maximise(acquisition: Acquisition, d: int, restarts: int, rng: np.random.Gen
 
 @dataclass(frozen=True)
 class RoundGP:
-    """What :meth:`PB2.prepare` shares with every ``explore`` of one round."""
+    """One GP of a round: the posterior and where each donor's pick is asked for."""
 
     posterior: Posterior
     queries: dict[int, tuple[float, float]]
@@ -366,16 +416,27 @@ class RoundGP:
     kappa: float
 
     def info(self) -> dict[str, float]:
-        """The fit behind the round's picks, for ``strategy.csv``."""
-        kernel = self.posterior.kernel
-        lengthscale, epsilon, variance = (float(param.values[0]) for param in (kernel.lengthscale, kernel.epsilon,
-                                                                                 kernel.variance))
-        return {"gp": 1.0, "rows": float(len(self.posterior.X)), "lengthscale": lengthscale, "epsilon": epsilon,
-                "variance": variance, "noise": float(self.posterior.noise), "kappa": self.kappa}
+        """The fit behind the round's picks, for ``strategy.csv`` (``cocabo``: ``lambda`` among them)."""
+        return {"gp": 1.0, "rows": float(len(self.posterior.X)), **self.posterior.kernel.summary(),
+                "noise": float(self.posterior.noise), "kappa": self.kappa}
 
 
-class PB2(ExploitExplore):
-    """PBT's exploit, GP-bandit explore: one GP fit per round, one UCB maximisation per recipient."""
+@dataclass(frozen=True)
+class RoundPlan:
+    """What :meth:`PB2.prepare` shares with every ``explore`` of one round."""
+
+    gps: dict[tuple, RoundGP | None]
+    """The round's GPs: under ``()`` the one GP, or (``exp3_dep``) one per category tuple EXP3 picked,
+    in ``space.categorical`` order. None: explore the continuous values as PBT does."""
+    categories: list[Config] = field(default_factory=list)
+    """Each recipient's categorical values, in order (``fixed`` and the EXP3 values; empty for ``random``)."""
+    info: dict[str, float] = field(default_factory=dict)
+    """EXP3's chance of each arm per pick, for every decision of the round."""
+
+
+class PB2(PBT):
+    """PBT's exploit, GP-bandit explore: one GP fit per round (per category for ``exp3_dep``), one UCB
+    maximisation per recipient."""
 
     name = "PB2"
     settings_cls = PB2Settings
@@ -392,12 +453,37 @@ class PB2(ExploitExplore):
         with threadpool_limits(limits=1, user_api="blas"):
             return super().decide(history, space, rng)
 
-    def prepare(self, history: History, space: Space) -> RoundGP | None:
-        """Fit the round's GP once; None means explore as PBT this round (too little data, or a failure)."""
-        if not space.continuous:
-            return None
+    def prepare(self, history: History, space: Space, recipients: int, rng: np.random.Generator) -> RoundPlan:
+        """Draw the recipients' categories (EXP3: ``recipients`` distinct arms) and fit the round's GPs."""
+        mode = self.settings.cat_exp
         data = intervals(history, space, self.settings.window)
-        if len(data.rate) < MIN_ROWS:
+        plan = RoundPlan({})
+        if mode in BANDITS:
+            bandits = CategoryBandits.replay(space, data.round, data.cats, data.rate, *self._bandit_context(mode))
+            plan = RoundPlan({}, bandits.draw(recipients, rng), bandits.info())
+        elif mode == "fixed":
+            plan = RoundPlan({}, [fixed_values(space, self.settings.fixed_cat_val)] * recipients)
+        if mode == "exp3_dep":
+            for config in plan.categories:
+                key = _key(space, config)
+                if key not in plan.gps:
+                    ran = np.all(data.cats == config_codes(space, config), axis=1)
+                    plan.gps[key] = self._fit(history, space, data.where(ran))
+        else:
+            plan.gps[()] = self._fit(history, space, data, mixed=mode == "cocabo")
+        return plan
+
+    def _bandit_context(self, mode: str) -> tuple[int, int]:
+        """EXP3's ``(rounds, plays per round)`` from the run's context."""
+        if self.context is None:
+            raise ValueError(f"PB2 with cat_exp {mode} needs the run's RunContext (rounds, population) for EXP3's "
+                             f"rates: build it with RunConfig.build_strategy() or pass context=")
+        return self.context.rounds, self.selection.recipients(self.context.pop_size)
+
+    def _fit(self, history: History, space: Space, data: Intervals, mixed: bool = False) -> RoundGP | None:
+        """Fit one GP on ``data`` (``mixed``: with the category columns and the CoCaBO kernel); None means
+        explore as PBT (too little data, or a failure)."""
+        if not space.continuous or len(data.rate) < MIN_ROWS:
             return None
         y = standardise(data.rate)
         if y is None:
@@ -408,10 +494,11 @@ class PB2(ExploitExplore):
         steps, scores = latest["steps"].to_numpy(float), latest["score"].to_numpy(float)
         t_scale = Scale.fit(np.concatenate([data.t, steps]))
         r_scale = Scale.fit(np.concatenate([data.reward, scores[np.isfinite(scores)]]))
-        X = np.column_stack([t_scale(data.t), r_scale(data.reward), data.unit])
+        cats = data.cats if mixed else data.cats[:, :0]
+        X = np.column_stack([t_scale(data.t), r_scale(data.reward), cats, data.unit])
         try:
             with quiet():
-                posterior = self._posterior(X, y)
+                posterior = self._posterior(X, y, cats.shape[1])
         except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
             logger.warning("PB2: the GP failed even with jitter and fixed noise (%s); exploring as PBT this round", err)
             return None
@@ -419,37 +506,63 @@ class PB2(ExploitExplore):
                    for m, s, r in zip(latest["member"], steps, scores) if math.isfinite(r)}
         return RoundGP(posterior, queries, kappa(len(y)))
 
-    def _posterior(self, X: np.ndarray, y: np.ndarray) -> Posterior:
+    def _posterior(self, X: np.ndarray, y: np.ndarray, n_cat: int) -> Posterior:
         """Fit on the most recent ``fit_rows``, condition on all; on failure retry with fixed noise."""
         recent = slice(-self.settings.fit_rows, None)
         try:
-            return Posterior(*fit_kernel(X[recent], y[recent]), X, y)
+            return Posterior(*fit_kernel(X[recent], y[recent], n_cat=n_cat), X, y)
         except (linalg.LinAlgError, FloatingPointError, ValueError):
-            return Posterior(*fit_kernel(X[recent], y[recent], fixed_noise=FALLBACK_NOISE), X, y)
+            return Posterior(*fit_kernel(X[recent], y[recent], fixed_noise=FALLBACK_NOISE, n_cat=n_cat), X, y)
 
     def explore(self, donor: int, donor_config: Config, round_: RoundContext, rng: np.random.Generator) -> Explored:
-        """Categoricals as in PBT; continuous values maximise UCB at the donor's time and score."""
-        space, gp = round_.space, round_.fitted
-        fallback = {"gp": 0.0}
-        if gp is None or donor not in gp.queries:
-            return *perturb(donor_config, space, rng, self.settings.resample_prob), fallback
-        new, ops = perturb(donor_config, space, rng, self.settings.resample_prob, names=space.categorical)
+        """Categories by ``cat_exp``; continuous values maximise UCB at the donor's time and score (and, for
+        ``cocabo``, at the category that will run)."""
+        space, plan, mode = round_.space, round_.fitted, self.settings.cat_exp
+        fallback = {"gp": 0.0} | plan.info
+        if mode == "random":
+            gp = plan.gps[()]
+            if gp is None or donor not in gp.queries:
+                return *perturb(donor_config, space, rng, self.settings.resample_prob), fallback
+            new, ops = perturb(donor_config, space, rng, self.settings.resample_prob, names=space.categorical)
+        else:
+            chosen = plan.categories[round_.recipient]
+            new, ops = {**donor_config, **chosen}, [f"{name} -> {value} ({mode})" for name, value in chosen.items()]
+            gp = plan.gps[_key(space, chosen) if mode == "exp3_dep" else ()]
+            if gp is None or donor not in gp.queries:
+                new, more = perturb(new, space, rng, self.settings.resample_prob, names=space.continuous)
+                return new, ops + more, fallback
         pending = round_.picks + (round_.running if self.settings.pending == "running" else [])
         # A pending point from a member without a score has no (t, R) to sit at: it cannot be placed.
         pending = [p for p in pending if p.start in gp.queries]
-        points = np.array([[*gp.queries[p.start], *space.to_unit(p.config)] for p in pending])
+        if mode == "exp3_dep":  # the GP models this category alone: only its configs are pending in it
+            pending = [p for p in pending if _key(space, p.config) == _key(space, new)]
+        cats = mode == "cocabo"
+        points = np.array([[*gp.queries[p.start], *_cat_codes(space, p.config, cats), *space.to_unit(p.config)]
+                           for p in pending])
+        query = (*gp.queries[donor], *_cat_codes(space, new, cats))
         d = len(space.continuous)
         donor_unit = space.to_unit(donor_config)
         seeds = np.vstack([donor_unit[None, :], *(space.to_unit(p.config)[None, :] for p in round_.running)])
         try:
             with quiet():
-                acquisition = Acquisition(gp.posterior, gp.queries[donor], points.reshape(len(pending), 2 + d),
-                                          gp.kappa)
+                acquisition = Acquisition(gp.posterior, query, points.reshape(len(pending), len(query) + d), gp.kappa)
                 best = maximise(acquisition, d, self.settings.restarts, rng, seeds=seeds)
                 values, _ = acquisition(np.vstack([best, donor_unit]))
         except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
             logger.warning("PB2: the acquisition failed (%s); exploring as PBT for this member", err)
-            return *perturb(donor_config, space, rng, self.settings.resample_prob), fallback
+            new, more = perturb(new, space, rng, self.settings.resample_prob, names=space.continuous)
+            return new, ops + more, fallback
         new = space.from_unit(best, new)
-        info = gp.info() | {"pending": float(len(pending)), "ucb": float(values[0]), "ucb_donor": float(values[1])}
+        info = gp.info() | plan.info | {"pending": float(len(pending)), "ucb": float(values[0]),
+                                        "ucb_donor": float(values[1])}
         return new, ops + [f"{name} -> {new[name]:.3g} (PB2)" for name in space.continuous], info
+
+
+def _key(space: Space, config: Config) -> tuple:
+    """The categorical values of ``config``, in ``space.categorical`` order."""
+    return tuple(config[name] for name in space.categorical)
+
+
+def _cat_codes(space: Space, config: Config, include: bool) -> list[float]:
+    """``config``'s category codes as GP input columns, when the GP has them (``include``)."""
+    return list(config_codes(space, config)) if include else []

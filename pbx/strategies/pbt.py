@@ -3,18 +3,23 @@
 Explore after copying a donor: each continuous hyperparameter is, with
 probability ``resample_prob``, drawn afresh from the prior, else multiplied by
 0.8 or 1.2 and clipped to its bounds; each categorical one is redrawn with
-probability 0.5. PB2 reuses :func:`perturb` for its categorical part and as its
-fallback when the GP fails.
+probability 0.5 (``cat_exp random``), or held at one value for the whole run
+(``cat_exp fixed``, as the PB2 authors' PBT does). The bandit values of
+``cat_exp`` need PB2's GP (:mod:`pbx.strategies.pb2`). PB2 reuses :func:`perturb`
+for its categorical part and as its fallback when the GP fails.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 
 from pbx.errors import UsageError
 from pbx.space import Categorical, Config, Space
 from pbx.strategies.base import ExploitExplore, Explored, RoundContext, StrategySettings
+from pbx.strategies.categorical import canonical_cat_exp, check_space, fixed_values
 
 FACTORS = (0.8, 1.2)
 CATEGORICAL_RESAMPLE_PROB = 0.5
@@ -22,12 +27,22 @@ CATEGORICAL_RESAMPLE_PROB = 0.5
 
 @dataclass
 class PBTSettings(StrategySettings):
+    cat_exps: ClassVar[tuple[str, ...]] = ("random", "fixed")
+    """The ``cat_exp`` values this strategy takes."""
+
     resample_prob: float = 0.25
     """Probability that a continuous hyperparameter is redrawn from the prior instead of perturbed."""
+    cat_exp: str = "random"
+    """How categorical hyperparameters are explored (``--cat_exp``, :mod:`pbx.strategies.categorical`):
+    ``random`` or ``fixed``; PB2 also ``exp3`` (= ``exp3_dep``), ``exp3_indep`` and ``cocabo``."""
+    fixed_cat_val: str | None = None
+    """With ``cat_exp fixed``: the choice every categorical hyperparameter that has it is held at (the
+    others, and all of them when None, at the space's default)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.resample_prob <= 1:
             raise UsageError(f"resample_prob must be in [0, 1], got {self.resample_prob}")
+        self.cat_exp = canonical_cat_exp(self.cat_exp, self.cat_exps, "PBT")
 
 
 def perturb(
@@ -57,5 +72,21 @@ class PBT(ExploitExplore):
     settings_cls = PBTSettings
     settings: PBTSettings
 
+    @classmethod
+    def validate(cls, settings: PBTSettings, space: Space) -> None:  # type: ignore[override]
+        check_space(settings.cat_exp, settings.fixed_cat_val, space)
+
+    def initial_configs(self, space: Space, pop_size: int, rng: np.random.Generator) -> list[Config]:
+        """Draws from the prior; ``cat_exp fixed`` holds the categories from the start."""
+        configs = super().initial_configs(space, pop_size, rng)
+        if self.settings.cat_exp == "fixed":
+            held = fixed_values(space, self.settings.fixed_cat_val)
+            configs = [{**config, **held} for config in configs]
+        return configs
+
     def explore(self, donor: int, donor_config: Config, round_: RoundContext, rng: np.random.Generator) -> Explored:
-        return *perturb(donor_config, round_.space, rng, self.settings.resample_prob), {}
+        space = round_.space
+        if self.settings.cat_exp == "fixed":
+            config = {**donor_config, **fixed_values(space, self.settings.fixed_cat_val)}
+            return *perturb(config, space, rng, self.settings.resample_prob, names=space.continuous), {}
+        return *perturb(donor_config, space, rng, self.settings.resample_prob), {}

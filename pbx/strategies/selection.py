@@ -31,6 +31,10 @@ class Selection(ABC):
     def pairs(self, scores: np.ndarray, rng: np.random.Generator) -> dict[int, int]:
         """Args: scores, one per position. Returns recipient -> donor positions (empty: no exploit)."""
 
+    @abstractmethod
+    def recipients(self, pop_size: int) -> int:
+        """How many members copy in a round whose scores are finite and distinct."""
+
 
 def better(scores: np.ndarray, donor: int, recipient: int) -> bool:
     """Whether ``donor`` may be copied into ``recipient``: a finite score above the recipient's (or its NaN)."""
@@ -53,7 +57,7 @@ class Truncation(Selection):
 
     def pairs(self, scores: np.ndarray, rng: np.random.Generator) -> dict[int, int]:
         order = rank_best_first(scores)
-        k = min(math.ceil(self.quantile * len(scores)), len(scores) // 2)
+        k = self.recipients(len(scores))
         top = [int(m) for m in order[:k] if np.isfinite(scores[m])]
         if not top:
             return {}
@@ -66,6 +70,9 @@ class Truncation(Selection):
                 pairs[m] = donor
         return pairs
 
+    def recipients(self, pop_size: int) -> int:
+        return min(math.ceil(self.quantile * pop_size), pop_size // 2)
+
 
 class WinnerTakesAll(Selection):
     """Every member but the best copies the best."""
@@ -75,6 +82,9 @@ class WinnerTakesAll(Selection):
     def pairs(self, scores: np.ndarray, rng: np.random.Generator) -> dict[int, int]:
         best = int(rank_best_first(scores)[0])
         return {m: best for m in range(len(scores)) if better(scores, best, m)}
+
+    def recipients(self, pop_size: int) -> int:
+        return pop_size - 1
 
 
 SELECTIONS: dict[str, type[Selection]] = {cls.name: cls for cls in (Truncation, WinnerTakesAll)}

@@ -1,0 +1,95 @@
+"""DepRound's exact marginals and TV.EXP3.M on synthetic bandits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pbx.space import Categorical, Continuous, Space
+from pbx.strategies.categorical import SHARE_PER_ROUND, CategoryBandits
+from pbx.strategies.exp3 import Exp3M, dep_round, exp3m_gamma
+
+ARMS, BEST = 8, 3
+
+
+def test_dep_round_draws_k_distinct_arms_with_marginals_k_p() -> None:
+    """10,000 draws of 3 of 8: each arm's frequency within 0.016 of p_i (3.3 standard errors at most)."""
+    rng = np.random.default_rng(0)
+    raw = rng.uniform(0.05, 1.0, ARMS)
+    p = np.minimum(3 * raw / raw.sum(), 1.0)
+    p *= 3 / p.sum()  # no entry reaches 1 here: sum exactly 3
+    draws = 10_000
+    counts = np.zeros(ARMS)
+    for _ in range(draws):
+        picked = dep_round(p, 3, rng)
+        assert len(picked) == 3 and len(set(picked.tolist())) == 3
+        counts[picked] += 1
+    np.testing.assert_allclose(counts / draws, p, atol=0.016)
+
+
+def test_dep_round_takes_certain_arms_and_refuses_bad_input() -> None:
+    rng = np.random.default_rng(1)
+    p = np.array([1.0, 0.5, 0.5, 0.0, 1.0])
+    for _ in range(50):
+        picked = set(dep_round(p, 3, rng).tolist())
+        assert {0, 4} <= picked and 3 not in picked and len(picked) == 3
+    assert dep_round(np.ones(4), 4, rng).tolist() == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="summing to k=2"):
+        dep_round(np.array([0.5, 0.5, 0.5]), 2, rng)
+
+
+def test_exp3m_probabilities_are_capped_at_one_and_sum_to_k() -> None:
+    bandit = Exp3M(ARMS, 3, gamma=0.2, share=0.0)
+    weights = np.array([50.0, 1, 1, 1, 1, 1, 1, 1])
+    p, capped = bandit.probabilities(weights / weights.sum(), 3)
+    assert np.isclose(p.sum(), 3) and np.all(p <= 1) and p[0] == pytest.approx(1.0)
+    assert capped.tolist() == [True] + [False] * 7
+    p, capped = bandit.probabilities(np.full(ARMS, 1 / ARMS), 3)
+    np.testing.assert_allclose(p, 3 / ARMS)
+    assert not capped.any()
+
+
+def _play(means: np.ndarray, rounds: int, seed: int) -> list[int]:
+    """One pick per round for ``rounds`` rounds; rewards ``means`` plus noise, clipped to [0, 1]."""
+    rng = np.random.default_rng(seed)
+    bandit = Exp3M(ARMS, 1, exp3m_gamma(ARMS, 1, rounds), SHARE_PER_ROUND / rounds)
+    weights, picks = bandit.uniform(), []
+    for _ in range(rounds):
+        arm = bandit.draw(weights, 1, rng)[0]
+        picks.append(arm)
+        weights = bandit.update(weights, {arm: float(np.clip(means[arm] + rng.normal(0, 0.1), 0, 1))})
+    return picks
+
+
+def test_exp3_learns_a_clearly_best_arm() -> None:
+    """8 arms, one with mean reward 0.9 and the rest 0.1, 200 rounds, 10 seeds: the best arm's share of the
+    picks grows from about chance in the first quarter to over half in the last."""
+    means = np.full(ARMS, 0.1)
+    means[BEST] = 0.9
+    shares = np.array([[np.mean(np.equal(q, BEST)) for q in np.array_split(_play(means, 200, seed), 4)]
+                       for seed in range(10)]).mean(axis=0)
+    assert shares[0] < 0.25 and shares[-1] > 0.5 and np.all(np.diff(shares) > 0), shares
+
+
+def test_exp3_stays_near_uniform_when_no_arm_is_better() -> None:
+    counts = np.bincount(np.concatenate([_play(np.full(ARMS, 0.5), 200, seed) for seed in range(10)]),
+                         minlength=ARMS)
+    np.testing.assert_allclose(counts / counts.sum(), 1 / ARMS, atol=0.04)
+
+
+def test_bandits_replay_from_the_window_without_drawing() -> None:
+    """The weights are a function of the plays alone; the round's generator is used only by the draw."""
+    space = Space({"x": Continuous(0.0, 1.0), "opt": Categorical(("a", "b", "c", "d"))})
+    rounds = np.repeat(np.arange(1, 11), 4)
+    cats = np.tile([[0.0], [1.0], [2.0], [3.0]], (10, 1))
+    rate = np.where(cats[:, 0] == 2, 1.0, 0.1) * np.repeat(np.linspace(1, 0.5, 10), 4)
+    one = CategoryBandits.replay(space, rounds, cats, rate, run_rounds=20, plays=1)
+    two = CategoryBandits.replay(space, rounds, cats, rate, run_rounds=20, plays=1)
+    np.testing.assert_array_equal(one.weights["opt"], two.weights["opt"])
+    assert int(np.argmax(one.weights["opt"])) == 2
+    info = one.info()
+    assert set(info) == {f"exp3.opt.{c}" for c in "abcd"} and np.isclose(sum(info.values()), 1)
+    rng, twin = np.random.default_rng(5), np.random.default_rng(5)
+    picks = one.draw(3, rng)
+    assert len({p["opt"] for p in picks}) == 3
+    assert picks == two.draw(3, twin)
