@@ -53,7 +53,7 @@ class RunSettings:
     """``toy``, ``toy-cat`` (the toy with a categorical optimiser), a ProcGen game (``bigfish``) or a
     gymnasium id (``CartPole-v1``)."""
     search: str = "PBT"
-    """Strategy: ``none``, ``random``, ``PBT`` or ``PB2``."""
+    """Strategy: ``none``, ``random``, ``PBT`` or ``PB2`` (``replay``: a stored schedule, :mod:`pbx.replay`)."""
     selection: str = "truncation"
     """Exploit rule: ``truncation`` (bottom quantile copies top quantile) or ``wta`` (all copy the best)."""
     quantile: float = 0.25

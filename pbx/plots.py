@@ -13,9 +13,10 @@ member each one descends from, as in the PBT and PB2 papers.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,6 +30,11 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter
 
 from pbx.space import Continuous, Param, Space
+from pbx.stats import Estimate
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # seaborn, imported by rliable's plots, warns about its own dependencies
+    from rliable import plot_utils
 
 DPI = 150
 STEPS_LABEL = "env steps (per member)"
@@ -129,10 +135,78 @@ def plot_comparison(panels: Sequence[tuple[str, Sequence[Band]]], title: str, pa
     return _save(fig, path)
 
 
-def _figure(ncols: int, nrows: int, width: float, height: float) -> tuple[Figure, list[Axes]]:
+@dataclass(frozen=True)
+class Profile:
+    """One score's performance profiles: per strategy the fraction of runs above each threshold tau."""
+
+    metric: str
+    taus: np.ndarray
+    profiles: Mapping[str, np.ndarray]
+    cis: Mapping[str, np.ndarray]
+    """(2, len(taus)) band per strategy; strategies with too few runs have none."""
+
+
+def plot_profiles(panels: Sequence[Profile], strategies: Sequence[str], title: str, path: Path) -> Path:
+    """Performance profiles (rliable's ``plot_performance_profiles``), one panel per score, CIs shaded."""
+    fig, axes = _figure(ncols=len(panels), nrows=1, width=5.5 * len(panels), height=4.2, sharex=False)
+    for ax, panel in zip(axes, panels):
+        if not panel.profiles:
+            _mark_empty(ax, "no runs with this score")
+            ax.set_title(panel.metric)
+            continue
+        plot_utils.plot_performance_profiles(
+            dict(panel.profiles), panel.taus, performance_profile_cis=dict(panel.cis),
+            colors=_strategy_colours(strategies), ax=ax, xlabel=f"{panel.metric} (τ)",
+            ylabel="fraction of runs with score > τ", labelsize="medium", ticklabelsize="small")
+        ax.set_title(panel.metric)
+        ax.legend(fontsize="small", loc="best")
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def plot_intervals(panels: Sequence[tuple[str, Mapping[str, Estimate], tuple[float, float] | None]],
+                   strategies: Sequence[str], ncols: int, title: str, path: Path) -> Path:
+    """Point estimates with their 95% CIs (rliable's interval plot), one panel per ``(metric, strategy ->
+    estimate, x range or None)``, ``ncols`` to a row; an estimate without an interval is a hollow marker."""
+    nrows = -(-len(panels) // ncols)
+    fig, axes = _figure(ncols=ncols, nrows=nrows, width=3.4 * ncols, height=0.6 + nrows * (0.9 + 0.4 * len(strategies)),
+                        sharex=False)
+    colours = _strategy_colours(strategies)
+    for ax, (metric, estimates, xlim) in zip(axes, panels):
+        for y, name in enumerate(strategies):
+            if name not in estimates:
+                continue
+            est = estimates[name]
+            if est.has_interval:
+                ax.barh(y, est.high - est.low, left=est.low, height=0.6, color=colours[name], alpha=0.75)
+            ax.plot(est.value, y, marker="|" if est.has_interval else "o", markersize=14 if est.has_interval else 6,
+                    color="black" if est.has_interval else colours[name], markerfacecolor="none", linestyle="none")
+        ax.set_yticks(range(len(strategies)), strategies)
+        ax.set_ylim(len(strategies) - 0.5, -0.5)
+        ax.use_sticky_edges = False  # a zero-width interval at the data's edge would sit on the frame
+        ax.margins(x=0.08)
+        if xlim is not None:
+            ax.set_xlim(*xlim)
+        ax.set_title(metric, fontsize="medium")
+        ax.grid(axis="x", alpha=0.3)
+        if not estimates:
+            _mark_empty(ax, "no runs with this score")
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def _strategy_colours(strategies: Sequence[str]) -> dict[str, str]:
+    """The colour of each strategy, as :func:`plot_comparison` gives them when every strategy has a curve."""
+    return {name: f"C{i % 10}" for i, name in enumerate(strategies)}
+
+
+def _figure(ncols: int, nrows: int, width: float, height: float,
+            sharex: bool = True) -> tuple[Figure, list[Axes]]:
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, sharex=True, squeeze=False)
+    axes = fig.subplots(nrows, ncols, sharex=sharex, squeeze=False)
     return fig, list(axes.ravel())
 
 

@@ -2,6 +2,8 @@
 
     python -m pbx.train --env toy --search PB2 --batchsize 4 --seed 0
     python -m pbx.train --search PBT --env bigfish -m n_envs=16 eval_episodes=10
+    python -m pbx.train --search PB2 --cat_exp exp3 --env bigfish
+    python -m pbx.train --search PB2 --cat_exp cocabo --env toy-cat
     python -m pbx.train --config experiments/X.yaml -m pop_size=8 t_ready=250000
     python -m pbx.train --resume runs/NAME
     mpiexec -n 8 python -m pbx.train --search PB2 --env bigfish
@@ -24,7 +26,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pbx.config import RunConfig, RunSettings, load_yaml, parse_override, resolve
 from pbx.errors import ArgumentParser, UsageError
@@ -38,8 +40,9 @@ if TYPE_CHECKING:
 
 # Flags that map one-to-one onto run settings: (flag spellings, setting name, type, help).
 RUN_FLAGS: list[tuple[tuple[str, ...], str, type, str]] = [
-    (("--env",), "env", str, "toy, a ProcGen game (bigfish, coinrun, ...) or a gymnasium id (CartPole-v1)"),
-    (("--search",), "search", str, "strategy: none (fixed baseline; also Fixed), random, PBT or PB2, any case"),
+    (("--env",), "env", str, "toy, toy-cat, a ProcGen game (bigfish, coinrun, ...) or a gymnasium id (CartPole-v1)"),
+    (("--search",), "search", str, "strategy: none (fixed baseline; also Fixed), random, PBT or PB2, any case; replay "
+                                     "(a stored schedule) is written by python -m pbx.replay"),
     (("--selection",), "selection", str, "exploit rule: truncation (bottom quantile copies top) or wta (all copy the best)"),
     (("--batchsize", "--pop-size", "--pop_size"), "pop_size", int, "population size (not PPO's batch_size)"),
     (("--pbt_thresh", "--pbt-thresh", "--quantile"), "quantile", float,
@@ -56,6 +59,17 @@ RUN_FLAGS: list[tuple[tuple[str, ...], str, type, str]] = [
 ]
 
 
+# Flags of strategy settings: (flag spellings, setting name, help).
+STRATEGY_FLAGS: list[tuple[tuple[str, ...], str, str]] = [
+    (("--cat_exp", "--cat-exp"), "cat_exp",
+     "categorical hyperparameters: random (as PBT; default), fixed, exp3 (= exp3_dep: EXP3 picks, GP per "
+     "category), exp3_indep (EXP3 picks, one GP), cocabo (EXP3 picks, mixed-kernel GP); PBT takes random or "
+     "fixed. On a ProcGen game with no --space it selects PB2-Mix's space (DrAC augmentation)"),
+    (("--fixed_cat_val", "--fixed-cat-val"), "fixed_cat_val",
+     "with --cat_exp fixed: the choice to hold (default: the space's default)"),
+]
+
+
 def build_parser() -> argparse.ArgumentParser:
     examples = __doc__.split("\n\n")[1]
     p = ArgumentParser(prog="python -m pbx.train", description="Train a population (PBT, PB2, baselines) or resume one.",
@@ -69,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(rebuilds that run as a new one, under a new name)")
     p.add_argument("--pbt_resample", "--pbt-resample", dest="resample_prob", type=float, default=None,
                    help="probability that PBT's explore redraws a value from the prior (strategy resample_prob)")
+    for flags, dest, text in STRATEGY_FLAGS:
+        p.add_argument(*flags, dest=dest, default=None, help=text)
     p.add_argument("-m", dest="overrides", nargs="+", action=_Overrides, default=[], metavar="KEY=VALUE",
                    help="override any setting, e.g. -m pop_size=8 n_envs=16 (or section.key=value)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
@@ -97,7 +113,8 @@ def _default(dest: str) -> str:
     return f" (default: {default})" if default is not None else " (default: the env's own)"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, base: Sequence[Mapping[str, Any]] = ()) -> int:
+    """The command; ``base``: config layers below ``--config`` (:mod:`pbx.sweep`'s experiment and variant)."""
     comm = world()
     if comm is not None and comm.Get_rank() > 0:
         return _follow(argv, comm)
@@ -107,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     run_dir, shared = None, False
     try:
-        cfg, run_dir, changed, mpi = _setup(args, comm)
+        cfg, run_dir, changed, mpi = _setup(args, comm, base)
         size = comm.Get_size() if comm is not None else 1
         with run_dir.lock():
             if changed:
@@ -169,7 +186,8 @@ RESUMABLE = ("max_budget", "eval_every", "eval_episodes", "device", "runner", "c
 """Settings a resumed run may change: none of them changes a decision already taken."""
 
 
-def _setup(args: argparse.Namespace, comm: Intracomm | None) -> tuple[RunConfig, RunDir, bool, bool]:
+def _setup(args: argparse.Namespace, comm: Intracomm | None,
+           base: Sequence[Mapping[str, Any]] = ()) -> tuple[RunConfig, RunDir, bool, bool]:
     """The run's config and folder, whether its config.yaml is to be (re)written (under the folder's lock),
     and whether to run under MPI; every check is made before a new folder is created.
 
@@ -178,7 +196,8 @@ def _setup(args: argparse.Namespace, comm: Intracomm | None) -> tuple[RunConfig,
     """
     ranks = comm.Get_size() if comm is not None else 1
     flags = {dest: getattr(args, dest) for _, dest, _, _ in RUN_FLAGS if getattr(args, dest) is not None}
-    strategy = {"resample_prob": args.resample_prob} if args.resample_prob is not None else {}
+    strategy = {dest: getattr(args, dest) for dest in ("resample_prob", *(d for _, d, _ in STRATEGY_FLAGS))
+                if getattr(args, dest) is not None}
     if args.resume is not None:
         cfg, run_dir, changed = _resume(args, flags, strategy)
         return cfg, run_dir, changed, _use_mpi(cfg, comm)
@@ -186,6 +205,7 @@ def _setup(args: argparse.Namespace, comm: Intracomm | None) -> tuple[RunConfig,
     if layers and isinstance(layers[0].get("space"), dict):
         # A run's own config.yaml: rebuild the run under a new name, not into the folder it came from.
         layers[0] = {**layers[0], "run": {k: v for k, v in (layers[0].get("run") or {}).items() if k != "name"}}
+    layers = [*base, *layers]
     if ranks > 1:
         layers.insert(0, {"run": {"pop_size": max(RunSettings.pop_size, ranks)}})
     cfg = resolve([*layers, {"run": flags, "strategy": strategy}], args.overrides)

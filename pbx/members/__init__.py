@@ -15,7 +15,19 @@ from pbx.members.base import Diverged, Member, MemberContext, MemberSettings
 from pbx.members.toy import TOY_ENVS, ToyMember
 
 __all__ = ["AUGMENTATION", "Diverged", "Member", "MemberContext", "MemberSettings", "ToyMember", "member_class",
-           "space_file"]
+           "register", "space_file"]
+
+REGISTERED: dict[str, type[Member]] = {}
+"""Members added with :func:`register`, by ``--env`` name; looked up before the built-in ones."""
+
+
+def register(cls: type[Member], *envs: str) -> type[Member]:
+    """Make ``cls`` the member that trains on each of ``envs`` (a member written outside this package; see
+    ``docs/add-a-member.md``). Returns ``cls``."""
+    if not envs:
+        raise ValueError("register a member for at least one --env name")
+    REGISTERED.update(dict.fromkeys(envs, cls))
+    return cls
 
 AUGMENTATION = ("aug_type", "aug_coef")
 """Hyperparameters only DrAC's PPO has: a run whose space or member settings name one trains
@@ -27,6 +39,8 @@ def member_class(env: str, hyperparameters: Iterable[str] = ()) -> type[Member]:
 
     ``hyperparameters``: the names the run's search space and member settings hold.
     """
+    if env in REGISTERED:
+        return REGISTERED[env]
     if env in TOY_ENVS:
         return ToyMember
     from pbx.members.ppo import PPOMember
@@ -48,7 +62,7 @@ def space_file(env: str, categorical: bool = False) -> str:
     augmentation (the ProcGen paper's plain PPO space has none).
     """
     cls = member_class(env)
-    if categorical and cls is not ToyMember:
+    if categorical and env not in REGISTERED and cls is not ToyMember:
         from pbx.envs import is_procgen
         from pbx.members.drac import DrACMember
 

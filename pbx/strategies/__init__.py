@@ -1,7 +1,8 @@
 """Search strategies: pure ``decide(history, space, rng)`` functions over a population.
 
 ``STRATEGIES`` maps the ``--search`` name to the class. A new strategy is one
-file in this package with a :class:`Strategy` subclass, added here.
+file in this package with a :class:`Strategy` subclass, added here; one written
+elsewhere joins with :func:`register` (``docs/add-a-strategy.md``).
 """
 
 from pbx.errors import UsageError
@@ -12,18 +13,29 @@ from pbx.strategies.fixed import Fixed
 from pbx.strategies.pb2 import PB2, PB2Settings
 from pbx.strategies.pbt import PBT, PBTSettings
 from pbx.strategies.random_search import RandomSearch
+from pbx.strategies.schedule import Schedule, ScheduleSettings
 from pbx.strategies.selection import SELECTIONS, Selection, Truncation, WinnerTakesAll, make_selection
 
 __all__ = [
     "CAT_EXPS", "Decision", "ExploitExplore", "Explored", "Pending", "Fixed", "PB2", "PB2Settings", "PBT", "PBTSettings", "RandomSearch", "RoundContext",
     "RunContext",
-    "SELECTIONS", "STRATEGIES", "Selection", "Strategy", "StrategySettings", "Truncation", "WinnerTakesAll",
-    "canonical_search", "make_selection", "strategy_class",
+    "SELECTIONS", "STRATEGIES", "Schedule", "ScheduleSettings", "Selection", "Strategy", "StrategySettings",
+    "Truncation", "WinnerTakesAll",
+    "canonical_search", "make_selection", "register", "strategy_class",
 ]
 
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Fixed, RandomSearch, PBT, PB2)}
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Fixed, RandomSearch, PBT, PB2, Schedule)}
 ALIASES = {"fixed": "none"}
 """The PB2 authors' code spells the baseline ``Fixed``."""
+
+
+def register(cls: type[Strategy]) -> type[Strategy]:
+    """Make ``cls`` a ``--search`` choice under ``cls.name``; returns ``cls`` (usable as a decorator)."""
+    taken = next((STRATEGIES[n] for n in STRATEGIES if n.lower() == cls.name.lower()), cls)
+    if taken is not cls or cls.name.lower() in ALIASES:
+        raise ValueError(f"--search {cls.name!r} is taken by {taken.__name__}")
+    STRATEGIES[cls.name] = cls
+    return cls
 
 
 def canonical_search(name: str) -> str:

@@ -1,0 +1,65 @@
+"""``python -m pbx.replay RUN_DIR``: train a fresh agent with one member's discovered schedule.
+
+    python -m pbx.replay runs/NAME                      # the best member of the last round
+    python -m pbx.replay runs/NAME --member 2 --seed 1  # member 2's schedule, another learner seed
+    python -m pbx.report runs/NAME runs/NAME-replay-m2 runs/BASELINE
+
+The replay is an ordinary run folder (default ``runs/<name>-replay-m<M>``) of
+``--search replay`` with one member, so ``python -m pbx.train --resume`` continues
+it and the report labels it ``replay`` beside the original population and a
+baseline. What it keeps of the original, and why: :mod:`pbx.schedule`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from pbx import train
+from pbx.errors import ArgumentParser, UsageError
+from pbx.schedule import Replay, plan_replay
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog="python -m pbx.replay", formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Train one fresh member with the configs along member M's lineage, switched at "
+                                   "the same step counts (Ray Tune's PBT replay), into a new run folder.",
+                       epilog=f"examples:\n{__doc__.split(chr(10) * 2)[1]}")
+    p.add_argument("source", metavar="RUN_DIR", type=Path, help="the run whose member's schedule to replay")
+    p.add_argument("--member", default="best", metavar="M",
+                   help="member id, or best: the best member (train score) of the last finished round (default)")
+    p.add_argument("--run-dir", "--run_dir", dest="run_dir", type=Path, default=None,
+                   help="the replay's run folder (default: runs/<original name>-replay-m<M>)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="run seed of the replay (default: the original's: its member 0's learner seed and its "
+                        "test levels every round)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        replay = plan_replay(args.source, args.member, args.seed)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(_plan_line(replay, args.source), flush=True)
+    run_dir = args.run_dir if args.run_dir is not None else Path("runs") / replay.name
+    return train.main(["--run-dir", str(run_dir)], base=[replay.layer])
+
+
+def _plan_line(replay: Replay, source: Path) -> str:
+    """``replay: member 2 of runs/X, lineage m1 > m3 > m2, 6 config changes in 50 rounds``."""
+    owners = replay.lineage["member"].tolist()
+    chain = " > ".join(f"m{m}" for i, m in enumerate(owners) if i == 0 or m != owners[i - 1])
+    done = len(replay.lineage)
+    rest = "" if done == replay.rounds else (f" (the run has {done} of its {replay.rounds} rounds: the last config "
+                                              f"holds for the rest)")
+    return (f"replay: member {replay.member} of {source}, lineage {chain}, {replay.changes} config changes in "
+            f"{done} rounds{rest}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

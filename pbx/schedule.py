@@ -1,0 +1,144 @@
+"""A member's discovered schedule, read off a run folder, and the config of a run that replays it.
+
+A member's *lineage* is the chain of states it holds: in the last finished round,
+its own row; before that, the row of the ``parent`` it started each round from
+(:mod:`pbx.history`). The schedule is the config of the lineage's row in each
+round, switched at the step count where that round began; only the changes are
+kept, as Ray Tune's PBT replay keeps them (:mod:`pbx.strategies.schedule`).
+
+The replay is the original run with ``--search replay`` and one member: the same
+env, space, member settings, ``t_ready`` and ``max_budget`` (so its rounds end at
+the lineage's step counts), and by default the same seed. The seed gives the
+replay's member the learner seed of the original's member 0 (seeds derive from
+the run seed and the member index, :func:`pbx.runners.common.member_seed`) and the
+original's test levels in every round (:func:`~pbx.runners.common.eval_seed`), so
+its test scores compare with the population's on common random numbers. A fresh
+PPO agent cannot repeat the lineage's training bit for bit in any case: a member
+that copies a donor takes its weights but keeps its own envs and random streams.
+The toy has no randomness, and its replay repeats the lineage exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pbx.config import RunConfig, load_yaml, resolve
+from pbx.errors import UsageError
+from pbx.history import BASE_COLUMNS, History, best_rows, complete_rounds, read_csv
+from pbx.run_dir import RunDir
+
+@dataclass(frozen=True)
+class Replay:
+    """What :func:`plan_replay` found: the replay's config layer and the lineage it follows."""
+
+    layer: dict[str, Any]
+    """The replay's config (``run``, ``strategy``, ``member``, ``space``), for :func:`pbx.config.resolve`."""
+    name: str
+    """The replay's run name: ``<original name>-replay-m<member>``."""
+    member: int
+    lineage: pd.DataFrame
+    """The original history's rows along the member's lineage, one per finished round."""
+    rounds: int
+    """Rounds the original run is planned to last (the lineage may hold fewer: a run still going)."""
+
+    @property
+    def changes(self) -> int:
+        """Config changes along the lineage (the schedule's change points after the first)."""
+        return len(self.layer["strategy"]["schedule"]) - 1
+
+
+def plan_replay(path: Path, member: str | int = "best", seed: int | None = None) -> Replay:
+    """Read the run in ``path`` and build the replay of ``member`` (an id, or ``best``: the best member of the
+    last finished round); ``seed`` overrides the original's. Raises :class:`UsageError` for a missing or
+    damaged folder, an unknown member, or a run with no finished round."""
+    folder = RunDir(path)
+    if not path.is_dir():
+        raise UsageError(f"{path}: no such run folder")
+    missing = [f.name for f in (folder.config, folder.history) if not f.is_file()]
+    if missing:
+        raise UsageError(f"{path}: not a pbx run folder (no {' or '.join(missing)})")
+    stored = load_yaml(folder.config)
+    try:
+        cfg = resolve([stored])
+    except UsageError as err:
+        raise UsageError(f"{folder.config}: {err}") from None
+    frame = complete_rounds(read_csv(folder.history, cfg.space), cfg.run.pop_size, str(folder.history))
+    if list(frame.columns) != BASE_COLUMNS + cfg.space.names:
+        raise UsageError(f"{folder.history}: columns {list(frame.columns)} do not match the run's "
+                         f"{BASE_COLUMNS + cfg.space.names}")
+    if frame.empty:
+        raise UsageError(f"{folder.history}: no finished round yet, so no schedule to replay")
+    chosen = _member(member, frame, cfg.run.pop_size)
+    rows = lineage(frame, chosen, folder.history)
+    _check_steps(rows, cfg, folder.history)
+    name = f"{cfg.run.name or path.name}-replay-m{chosen}"
+    return Replay(_layer(cfg, schedule(rows, History(cfg.space.names)), name, seed), name, chosen, rows,
+                  cfg.run.rounds)
+
+
+def lineage(frame: pd.DataFrame, member: int, source: Path | str = "history") -> pd.DataFrame:
+    """The rows of ``member``'s lineage, one per round from the first: its own in the last round, and before
+    each round the row of the member it started that round from."""
+    rows = frame.set_index(["round", "member"], drop=False)
+    picked = []
+    for r in range(int(frame["round"].max()), -1, -1):
+        if (r, member) not in rows.index:
+            raise UsageError(f"{source}: no row of member {member} in round {r}, which its lineage passes "
+                             f"through: the file is damaged")
+        row = rows.loc[(r, member)]
+        picked.append(row)
+        member = int(row["parent"])
+    return pd.DataFrame(picked[::-1]).reset_index(drop=True)
+
+
+def schedule(rows: pd.DataFrame, history: History) -> list[dict[str, Any]]:
+    """The lineage's configs as change points ``{steps, config}``: each config from the steps its round began at."""
+    points: list[dict[str, Any]] = []
+    start = 0
+    for _, row in rows.iterrows():
+        config = history.config_of(row)
+        if not points or config != points[-1]["config"]:
+            points.append({"steps": start, "config": config})
+        start = int(row["steps"])
+    return points
+
+
+def _member(member: str | int, frame: pd.DataFrame, pop_size: int) -> int:
+    if str(member) == "best":
+        return int(best_rows(frame).iloc[-1]["member"])
+    try:
+        chosen = int(member)
+    except ValueError:
+        chosen = -1
+    if not 0 <= chosen < pop_size:
+        raise UsageError(f"--member must be best or a member of the run (0 to {pop_size - 1}), got {member!r}")
+    return chosen
+
+
+def _check_steps(rows: pd.DataFrame, cfg: RunConfig, source: Path) -> None:
+    """The lineage's steps must be the run's round boundaries: the replay, with the same ``t_ready``, switches
+    configs at its own boundaries."""
+    expected = np.cumsum([cfg.trained_steps(r) for r in range(len(rows))])
+    found = rows["steps"].to_numpy()
+    wrong = np.flatnonzero(found != expected)
+    if len(wrong):
+        r = int(wrong[0])
+        raise UsageError(f"{source}: the lineage has {found[r]:,} steps after round {r}, but the run's t_ready and "
+                         f"max_budget give {expected[r]:,}: the history does not match its config.yaml")
+
+
+def _layer(cfg: RunConfig, points: list[dict[str, Any]], name: str, seed: int | None) -> dict[str, Any]:
+    """The original's resolved config with one member following ``points`` (MPI settings left at their defaults:
+    a population of one runs in one process)."""
+    layer = cfg.to_dict()
+    run = {k: v for k, v in layer["run"].items() if k not in ("runner", "comm")}
+    run.update(search="replay", pop_size=1, name=name, seed=cfg.run.seed if seed is None else seed)
+    member = layer["member"]
+    if member.get("init") == "paper":  # the toy's: each member's starting h by its index, not the schedule's
+        member["init"] = "space"
+    return {**layer, "run": run, "strategy": {"schedule": points}, "member": member}

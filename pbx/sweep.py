@@ -1,0 +1,138 @@
+"""``python -m pbx.sweep FILE``: every variant of an experiment file for each seed, into one sweep folder.
+
+    python -m pbx.sweep experiments/reduced_toy.yaml                     # the seeds the file names
+    python -m pbx.sweep experiments/reduced_toy.yaml --seeds 5 --out sweeps/toy5
+    python -m pbx.sweep experiments/procgen_mix.yaml -m env=coinrun --print-slurm coinrun.sbatch
+    python -m pbx.sweep experiments/procgen_mix.yaml -m env=coinrun --only 7   # one run (an array task)
+
+Rerunning the same command after a crash, Ctrl-C or a job's time limit skips
+finished runs, resumes stopped ones and starts the rest. A run that fails is
+reported and the others go on; the command then exits 1 naming the failed runs.
+The file's format and the folder's layout: :mod:`pbx.sweeps`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING, Sequence
+
+from pbx.console import format_score
+from pbx.errors import ArgumentParser, UsageError
+from pbx.runners.mpi import world
+from pbx.sweeps import (Progress, RunSpec, Sweep, execute, follow, load_sweep, prepare, progress, release,
+                        slurm_script)
+
+if TYPE_CHECKING:
+    from mpi4py.MPI import Intracomm
+
+
+def build_parser() -> argparse.ArgumentParser:
+    examples = __doc__.split("\n\n")[1]
+    p = ArgumentParser(prog="python -m pbx.sweep", description="Run every variant of an experiment file for each "
+                       "seed into one sweep folder, or write a Slurm job array that does.",
+                       epilog=f"examples:\n{examples}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", metavar="FILE", help="experiment YAML: pbx.train --config settings plus a sweep: section")
+    p.add_argument("--seeds", default=None, help="N (seeds 0..N-1) or a list such as 0,3,7 (default: the file's "
+                                                 "seeds:)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="sweep folder (default: sweeps/<file stem>, plus -<value> per -m item)")
+    p.add_argument("-m", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="override a setting of every run, e.g. -m env=coinrun device=cpu")
+    p.add_argument("--only", type=int, default=None, metavar="INDEX",
+                   help="run only the INDEX-th run (seed by seed, variants in file order; a Slurm array task)")
+    p.add_argument("--print-slurm", dest="print_slurm", nargs="?", const="-", default=None, metavar="PATH",
+                   help="write a Slurm job-array script (one task per run) to PATH, or stdout, instead of running")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    comm = world()
+    if comm is not None and comm.Get_rank() > 0:
+        return follow(comm)
+    # A scheduler's SIGTERM (end of a job's time) stops the sweep like Ctrl-C.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    sweep = None
+    try:
+        args = build_parser().parse_args(argv)
+        sweep = load_sweep(args.file, args.seeds, args.overrides, args.out)
+        runs = sweep.runs
+        if args.only is not None and not 0 <= args.only < len(runs):
+            raise UsageError(f"--only {args.only}: the sweep has runs 0 to {len(runs) - 1}")
+        prepare(sweep)
+        if args.print_slurm is not None:
+            return _print_slurm(sweep, args.print_slurm)
+        return _run(sweep, runs if args.only is None else [runs[args.only]], comm)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        again = f"; rerun {sweep.command()} to finish the sweep" if sweep is not None else ""
+        print(f"\ninterrupted: finished rounds are saved{again}", file=sys.stderr)
+        return 130
+    finally:
+        release(comm)
+
+
+def _run(sweep: Sweep, runs: list[RunSpec], comm: Intracomm | None) -> int:
+    total = len(sweep.runs)
+    print(f"sweep: {len(sweep.variants)} variants x {len(sweep.seeds)} seeds = {total} runs of {sweep.file} "
+          f"-> {sweep.out} (each run's round lines: <run>/train.log)", flush=True)
+    failed: list[str] = []
+    for spec in runs:
+        head = f"[{spec.index + 1}/{total}] {spec.label}:"
+        try:
+            why = _one(sweep, spec, head, comm)
+        except UsageError as err:  # a damaged run folder
+            why = str(err)
+        if why is not None:
+            failed.append(f"{spec.label} ({why})")
+            print(f"{head} failed: {why}", flush=True)
+    if failed:
+        print(f"error: {len(failed)} of {len(runs)} runs failed: {'; '.join(failed)}. The others are done; rerun "
+              f"the command to retry these", file=sys.stderr)
+        return 1
+    if len(runs) == len(sweep.runs):
+        print(f"sweep: done; statistics: python -m pbx.report {sweep.out}", flush=True)
+    return 0
+
+
+def _one(sweep: Sweep, spec: RunSpec, head: str, comm: Intracomm | None) -> str | None:
+    """Skip, resume or start one run, printing what it does; None, or why the run failed."""
+    before = progress(spec.path)
+    if before is not None and before.finished:
+        print(f"{head} skipped, finished: {_scores(before)}", flush=True)
+        return None
+    resume = before is not None
+    print(f"{head} {f'resumed after round {before.done}/{before.rounds}' if resume else 'started'}", flush=True)
+    start = time.perf_counter()
+    why = execute(sweep, spec, resume, comm)
+    after = progress(spec.path) if why is None else None
+    if after is not None:
+        print(f"{head} done in {time.perf_counter() - start:.1f} s: {_scores(after)}", flush=True)
+    return why
+
+
+def _print_slurm(sweep: Sweep, path: str) -> int:
+    script = slurm_script(sweep)
+    (sweep.out / "slurm").mkdir(exist_ok=True)  # Slurm does not create the output folder
+    if path == "-":
+        sys.stdout.write(script)
+    else:
+        try:
+            with open(path, "w") as f:
+                f.write(script)
+        except OSError as err:
+            raise UsageError(f"--print-slurm {path}: {err.strerror}") from None
+        print(f"wrote {path}: {len(sweep.runs)} array tasks, one per run; submit with sbatch {path}")
+    return 0
+
+
+def _scores(p: Progress) -> str:
+    return f"final score {format_score(p.score)} (test {format_score(p.test_score)})"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,392 @@
+"""Sweeps: every variant of an experiment for each seed, as ordinary run folders in one sweep folder.
+
+    SWEEP/sweep.yaml            experiment (the file's settings, with the command's -m overrides as flat keys),
+                                seeds, variants ({name, settings}, in order), baseline (the first variant
+                                with search none, or null)
+    SWEEP/<variant>/seed<k>/    an ordinary pbx run folder; its train.log holds pbx.train's round lines
+    SWEEP/slurm/                the array tasks' output, with --print-slurm
+
+An experiment file is what ``python -m pbx.train --config`` takes, plus:
+
+- ``sweep:`` the variants. A mapping of setting -> list of values is their cross
+  product (``{search: [none, PBT, PB2]}``); a list of such mappings is the union
+  of their products, for variants that are not one product (a value that is not a
+  list is held)::
+
+      sweep:
+        - search: [none, PBT]
+        - {search: PB2, cat_exp: [random, exp3, cocabo]}
+
+  A key is any setting ``-m key=value`` takes. A variant's name is its values
+  joined with ``-`` in key order (``none``, ``PBT``, ``PB2-exp3``).
+- ``seeds:`` N (seeds 0..N-1) or a list; ``--seeds`` overrides it.
+- ``slurm:`` the resources of one run, for ``--print-slurm`` (:class:`SlurmSettings`).
+
+Runs go seed by seed (every variant of seed 0 first), so a sweep cut short
+compares variants on the same seeds. Each run is started, resumed or skipped
+from what its folder holds (:func:`progress`), so rerunning the command after a
+crash or a job's time limit completes the sweep; sweep.yaml makes sure the rerun
+is the same sweep. Each run is ``pbx.train``'s own (:func:`execute`): the same
+config layers, folder, lock, runner and, under an MPI launcher, ranks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import math
+import re
+import shlex
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import yaml
+
+from pbx.config import RunSettings, build, parse_override, resolve
+from pbx.errors import UsageError
+from pbx.files import durable_write
+from pbx.history import best_rows, complete_rounds, read_csv
+from pbx.run_dir import RunDir
+from pbx.yaml_files import read_yaml
+
+if TYPE_CHECKING:
+    from mpi4py.MPI import Intracomm
+
+SWEEP_KEYS = ("sweep", "seeds", "slurm")
+"""Top-level keys of an experiment file that describe the sweep, not a run."""
+PER_RUN = ("seed", "name")
+"""Settings the sweep sets for each run."""
+LAUNCHERS = ("mpiexec", "srun")
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    settings: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of the sweep: a variant and a seed, and its place in the sweep (``--only INDEX``)."""
+
+    index: int
+    variant: Variant
+    seed: int
+    path: Path
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant.name}/seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The experiment file's ``slurm:`` section: what one array task (one run) asks for."""
+
+    ranks: int = 1
+    """MPI ranks per run (the population is spread over them); 1 starts no launcher."""
+    launcher: str = "mpiexec"
+    """How ranks start: ``mpiexec`` (the mpich wheel pbx installs) or ``srun`` (an MPI built for Slurm's PMI)."""
+    time: str | None = None
+    """Time limit of a task (``HH:MM:SS`` or ``D-HH:MM:SS``); a requeued or resubmitted task resumes its run."""
+    gpus: int = 0
+    """GPUs per task (the ranks share them round robin)."""
+    cpus_per_task: int | None = None
+    """CPU cores per rank."""
+    mem: str | None = None
+    """Memory per task (``32G``)."""
+    partition: str | None = None
+    max_parallel: int | None = None
+    """At most this many tasks at once (``--array=0-N%K``)."""
+    sbatch: list[str] = field(default_factory=list)
+    """Further ``#SBATCH`` options, e.g. ``[--account=rl, --qos=long]``."""
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1 or self.gpus < 0 or (self.cpus_per_task or 1) < 1 or (self.max_parallel or 1) < 1:
+            raise UsageError(f"slurm: ranks, cpus_per_task and max_parallel must be positive, gpus at least 0: "
+                             f"{self}")
+        if self.launcher not in LAUNCHERS:
+            raise UsageError(f"slurm: launcher must be {' or '.join(LAUNCHERS)}, got {self.launcher!r}")
+        if not isinstance(self.sbatch, list) or not all(isinstance(o, str) for o in self.sbatch):
+            raise UsageError(f"slurm: sbatch must be a list of options such as --account=NAME, got {self.sbatch!r}")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    file: Path
+    out: Path
+    experiment: dict[str, Any]
+    """The file's settings (no sweep keys), with the command's ``-m`` overrides as flat keys."""
+    overrides: list[str]
+    variants: list[Variant]
+    seeds: list[int]
+    baseline: str | None
+    slurm: SlurmSettings
+
+    @property
+    def runs(self) -> list[RunSpec]:
+        pairs = [(v, s) for s in self.seeds for v in self.variants]
+        return [RunSpec(i, v, s, self.out / v.name / f"seed{s}") for i, (v, s) in enumerate(pairs)]
+
+    @property
+    def record_path(self) -> Path:
+        return self.out / "sweep.yaml"
+
+    def record(self) -> dict[str, Any]:
+        return {"experiment": self.experiment, "seeds": self.seeds,
+                "variants": [dataclasses.asdict(v) for v in self.variants], "baseline": self.baseline,
+                "file": str(self.file)}
+
+    def command(self, *extra: str) -> str:
+        """The command line that runs this sweep (``extra``: more flags)."""
+        overrides = ["-m", *self.overrides] if self.overrides else []
+        return shlex.join(["python", "-m", "pbx.sweep", str(self.file), "--seeds", ",".join(map(str, self.seeds)),
+                           "--out", str(self.out), *overrides, *extra])
+
+
+def load_sweep(file: str | Path, seeds: str | None = None, overrides: Sequence[str] = (),
+               out: str | Path | None = None) -> Sweep:
+    """Read an experiment file and check every variant resolves to a valid run (a :class:`UsageError` names
+    the file and the variant), before anything is written."""
+    file = Path(file)
+    raw = read_yaml(file, "experiment file")
+    if not isinstance(raw, dict):
+        raise UsageError(f"{file}: expected a mapping of settings with a sweep: section")
+    if "sweep" not in raw:
+        raise UsageError(f"{file}: no sweep: section (e.g. sweep: {{search: [none, PBT, PB2]}})")
+    experiment = {k: v for k, v in raw.items() if k not in SWEEP_KEYS}
+    items = [parse_override(item) for item in overrides]
+    experiment.update(items)
+    variants = expand(raw["sweep"], file)
+    _refuse_per_run(file, experiment, variants)
+    swept = {_name(k) for v in variants for k in v.settings}
+    clash = sorted({_name(k) for k, _ in items} & swept)
+    if clash:
+        raise UsageError(f"-m {', '.join(clash)}: swept by {file}'s sweep: section; edit the file instead")
+    seed_list = parse_seeds(seeds if seeds is not None else raw.get("seeds"), file)
+    baseline = None
+    for variant in variants:
+        try:
+            cfg = resolve([experiment, variant.settings, {"run": {"seed": seed_list[0]}}])
+        except UsageError as err:
+            raise UsageError(f"{file}: variant {variant.name}: {err}") from None
+        if baseline is None and cfg.run.search == "none":
+            baseline = variant.name
+    slurm = raw.get("slurm") or {}
+    if not isinstance(slurm, dict) or set(slurm) - {f.name for f in dataclasses.fields(SlurmSettings)}:
+        raise UsageError(f"{file}: slurm: takes {', '.join(f.name for f in dataclasses.fields(SlurmSettings))}, "
+                         f"got {slurm!r}")
+    if isinstance(slurm.get("time"), int):  # YAML 1.1 reads 12:00:00 as 43200
+        raise UsageError(f"{file}: slurm: time must be quoted, e.g. time: '12:00:00', got {slurm['time']!r}")
+    suffix = "".join(f"-{_safe(v)}" for _, v in items)
+    return Sweep(file, Path(out) if out is not None else Path("sweeps") / f"{file.stem}{suffix}", experiment,
+                 list(overrides), variants, seed_list, baseline, build(SlurmSettings, slurm))
+
+
+def expand(spec: Any, file: Path) -> list[Variant]:
+    """The variants of a ``sweep:`` section (see the module docstring)."""
+    entries = [spec] if isinstance(spec, dict) else spec
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) and e for e in entries):
+        raise UsageError(f"{file}: sweep: must be a mapping of setting -> list of values, or a list of such "
+                         f"mappings, got {spec!r}")
+    variants: list[Variant] = []
+    for entry in entries:
+        axes = [values if isinstance(values, list) else [values] for values in entry.values()]
+        for key, values in zip(entry, axes):
+            if not values:
+                raise UsageError(f"{file}: sweep: {key} has an empty list of values")
+            if any(isinstance(v, (dict, list)) for v in values):
+                raise UsageError(f"{file}: sweep: {key} takes plain values, got {values!r}")
+        for combo in itertools.product(*axes):
+            variants.append(Variant("-".join(_safe(v) for v in combo), dict(zip(entry, combo))))
+    names = [v.name for v in variants]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UsageError(f"{file}: sweep: variant name(s) {twice} twice (a name is the values joined with '-')")
+    return variants
+
+
+def parse_seeds(value: Any, file: Path) -> list[int]:
+    """``5`` -> seeds 0..4; ``0,3,7`` (or a YAML list) -> those seeds."""
+    if value is None:
+        raise UsageError(f"{file} gives no seeds: pass --seeds N (seeds 0..N-1) or --seeds 0,3,7, "
+                         f"or put seeds: N in the file")
+    try:
+        if isinstance(value, list) or (isinstance(value, str) and "," in value):
+            parts = value if isinstance(value, list) else value.split(",")
+            seeds = [int(str(p).strip()) for p in parts]
+        else:
+            seeds = list(range(int(str(value))))
+    except ValueError:
+        raise UsageError(f"seeds must be a count N or a list such as 0,3,7, got {value!r}") from None
+    if not seeds or min(seeds) < 0 or len(set(seeds)) < len(seeds):
+        raise UsageError(f"seeds must be distinct non-negative integers, at least one, got {value!r}")
+    return seeds
+
+
+def prepare(sweep: Sweep) -> None:
+    """Make the sweep folder with its sweep.yaml, or check the one there holds this sweep (more seeds may be
+    added: they are recorded)."""
+    record = sweep.record()
+    path = sweep.record_path
+    if path.is_file():
+        stored = read_yaml(path, "sweep record")
+        if not isinstance(stored, dict):
+            raise UsageError(f"{path}: not a pbx sweep record")
+        changed = _differences(stored.get("experiment") or {}, record["experiment"])
+        if stored.get("variants") != record["variants"]:
+            changed.append("sweep:")
+        if changed:
+            given = f"{sweep.file} with -m {' '.join(sweep.overrides)}" if sweep.overrides else str(sweep.file)
+            raise UsageError(f"{given} is not the experiment {sweep.out} was made for ({', '.join(changed)} "
+                             f"changed since): restore it, or start a new sweep with --out DIR")
+        seeds = sorted({*stored.get("seeds", []), *sweep.seeds})
+        if seeds == stored.get("seeds"):
+            return
+        record["seeds"] = seeds
+    sweep.out.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(record, sort_keys=False)
+    durable_write(path, lambda tmp: tmp.write_text(text))
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a run folder holds: finished rounds of the planned ones, and the best member's final scores."""
+
+    done: int
+    rounds: int
+    score: float = math.nan
+    test_score: float = math.nan
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= self.rounds
+
+
+def progress(path: Path) -> Progress | None:
+    """The run in ``path``, or None when there is none yet (no config.yaml: start it)."""
+    folder = RunDir(path)
+    if not folder.config.is_file():
+        return None
+    config = read_yaml(folder.config, "run config")
+    run = build(RunSettings, config.get("run") or {}) if isinstance(config, dict) else None
+    if run is None or run.t_ready is None or run.max_budget is None:
+        raise UsageError(f"{folder.config}: not a pbx run config")
+    if not folder.history.is_file():
+        return Progress(0, run.rounds)
+    frame = complete_rounds(read_csv(folder.history), run.pop_size, str(folder.history))
+    if frame.empty:
+        return Progress(0, run.rounds)
+    best = best_rows(frame).iloc[-1]
+    return Progress(int(frame["round"].nunique()), run.rounds, float(best["score"]), float(best["test_score"]))
+
+
+def execute(sweep: Sweep, spec: RunSpec, resume: bool, comm: Intracomm | None = None) -> str | None:
+    """Train (or resume) one run through ``pbx.train``'s command, its output appended to the run's train.log.
+
+    Returns None when the run finished, else why not (train's exit code, or the
+    exception of a member that died, whose traceback goes to the run's error.txt).
+    Raises KeyboardInterrupt when the run was interrupted (its finished rounds are
+    saved). Under MPI the other ranks are told a run follows (:func:`follow`).
+    """
+    from pbx import train
+
+    if resume:
+        argv, layers = ["--resume", str(spec.path)], []
+    else:
+        argv = ["--seed", str(spec.seed), "--name", f"{sweep.out.name}-{spec.variant.name}-seed{spec.seed}",
+                "--run-dir", str(spec.path)]
+        layers = [sweep.experiment, spec.variant.settings]
+    spec.path.mkdir(parents=True, exist_ok=True)
+    if comm is not None:
+        comm.bcast(True, root=0)
+    with open(spec.path / "train.log", "a", buffering=1) as log, contextlib.redirect_stdout(log):
+        try:
+            code = train.main(argv, layers)
+        except Exception as err:  # a member that died: the other runs go on
+            spec.path.mkdir(parents=True, exist_ok=True)
+            (spec.path / "error.txt").write_text(traceback.format_exc())
+            return f"{type(err).__name__}: {err}; traceback in {spec.path / 'error.txt'}"
+    if code == 130:
+        raise KeyboardInterrupt
+    return None if code == 0 else f"exit {code}"
+
+
+def follow(comm: Intracomm) -> int:
+    """An MPI rank other than 0: take part in each run rank 0 trains, until it says there are no more."""
+    from pbx import train
+
+    while comm.bcast(None, root=0):
+        train.main([])
+    return 0
+
+
+def release(comm: Intracomm | None) -> None:
+    """Rank 0 is done: let the other ranks (in :func:`follow`) end."""
+    if comm is not None:
+        comm.bcast(False, root=0)
+
+
+def slurm_script(sweep: Sweep) -> str:
+    """A Slurm job array with one task per run; task i runs ``--only i``, which starts, resumes or skips it."""
+    s, runs = sweep.slurm, sweep.runs
+    out = sweep.out.resolve()
+    array = f"0-{len(runs) - 1}" + (f"%{s.max_parallel}" if s.max_parallel else "")
+    options = [f"--job-name=pbx-{sweep.out.name}", f"--array={array}", f"--output={out}/slurm/%A_%a.out",
+               "--open-mode=append", "--requeue", f"--ntasks={s.ranks}"]
+    options += [f"--cpus-per-task={s.cpus_per_task}"] if s.cpus_per_task else []
+    options += [f"--gpus={s.gpus}"] if s.gpus else []
+    options += [f"--{key}={value}" for key in ("time", "mem", "partition") if (value := getattr(s, key))]
+    options += s.sbatch
+    python = Path(sys.executable)
+    launch: list[str] = []
+    if s.ranks > 1:
+        mpiexec = python.parent / "mpiexec"
+        launch = ["srun"] if s.launcher == "srun" else [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n",
+                                                        str(s.ranks)]
+    task = shlex.join([*launch, str(python), "-m", "pbx.sweep", str(sweep.file.resolve()), "--seeds",
+                       ",".join(map(str, sweep.seeds)), "--out", str(out),
+                       *(["-m", *sweep.overrides] if sweep.overrides else [])])
+    return "\n".join([
+        "#!/bin/bash",
+        *(f"#SBATCH {option}" for option in options),
+        f"# pbx sweep of {sweep.file}: {len(sweep.variants)} variants x {len(sweep.seeds)} seeds, one array task",
+        "# per run. A task starts its run, resumes it (requeued, or resubmitted after a time limit) or skips it",
+        "# when finished. Task: run",
+        *(f"#   {spec.index}: {spec.label}" for spec in runs),
+        "set -euo pipefail",
+        f"cd {shlex.quote(str(Path.cwd()))}",
+        f'exec {task} --only "$SLURM_ARRAY_TASK_ID"',
+        "",
+    ])
+
+
+def _refuse_per_run(file: Path, experiment: Mapping[str, Any], variants: Sequence[Variant]) -> None:
+    run = experiment.get("run") if isinstance(experiment.get("run"), dict) else {}
+    given = [k for k in experiment if _name(k) in PER_RUN] + [k for k in run if k in PER_RUN]
+    given += [k for v in variants for k in v.settings if _name(k) in PER_RUN]
+    if given:
+        raise UsageError(f"{file}: {', '.join(sorted(set(given)))}: a sweep sets each run's seed (from --seeds or "
+                         f"seeds:) and name; take it out of the file")
+
+
+def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The settings (``section.key`` or flat keys) whose values differ."""
+    def flat(d: Mapping[str, Any]) -> dict[str, Any]:
+        return {f"{k}.{kk}" if isinstance(v, dict) else k: vv
+                for k, v in d.items() for kk, vv in (v.items() if isinstance(v, dict) else [(k, v)])}
+    a, b = flat(old), flat(new)
+    return sorted(k for k in a.keys() | b.keys() if a.get(k, ...) != b.get(k, ...))
+
+
+def _name(key: str) -> str:
+    return key.split(".")[-1]
+
+
+def _safe(value: Any) -> str:
+    """A value as a folder name's part."""
+    return re.sub(r"[^A-Za-z0-9._+=-]", "_", str(value)) or "_"
