@@ -19,3 +19,17 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # The usage block argparse prints first is noise next to the actual problem.
         self.exit(2, f"error: {message} (see --help)\n")
+
+    def add_member_option(self) -> None:
+        """``--member M``, for commands that pick one member of a finished run
+        (:func:`pbx.history.last_round_row`)."""
+        self.add_argument("--member", default="best", metavar="M",
+                          help="member id, or best: the best member (train score) of the last finished round "
+                               "(default)")
+
+
+def command_parser(prog: str, description: str, doc: str) -> ArgumentParser:
+    """The parser of ``python -m pbx.X``; its help ends with the examples that open the module's docstring ``doc``
+    (its second paragraph), so the two cannot disagree."""
+    return ArgumentParser(prog=prog, description=description, epilog=f"examples:\n{doc.split(chr(10) * 2)[1]}",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -193,6 +193,19 @@ def best_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.loc[picks].reset_index(drop=True)
 
 
+def last_round_row(frame: pd.DataFrame, member: str | int) -> pd.Series:
+    """The last round's row of ``member``: a member id, or ``best``, the best member on train score (the
+    test set never selects). A :class:`UsageError` names a member the run does not have (``--member``)."""
+    last = frame[frame["round"] == frame["round"].max()]
+    if str(member) == "best":
+        return best_rows(last).iloc[0]
+    ids = last["member"].astype(int).tolist()
+    if not str(member).isdigit() or int(member) not in ids:
+        raise UsageError(f"--member must be best or a member of the run ({min(ids)} to {max(ids)}), "
+                         f"got {member!r}")
+    return last[last["member"] == int(member)].iloc[0]
+
+
 def read_csv(path: Path | str, space: Space | None = None) -> pd.DataFrame:
     """Read a ``history.csv`` exactly as written.
 

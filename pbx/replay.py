@@ -12,24 +12,20 @@ baseline. What it keeps of the original, and why: :mod:`pbx.schedule`.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from pbx import train
-from pbx.errors import ArgumentParser, UsageError
+from pbx.errors import ArgumentParser, UsageError, command_parser
 from pbx.schedule import Replay, plan_replay
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog="python -m pbx.replay", formatter_class=argparse.RawDescriptionHelpFormatter,
-                       description="Train one fresh member with the configs along member M's lineage, switched at "
-                                   "the same step counts (Ray Tune's PBT replay), into a new run folder.",
-                       epilog=f"examples:\n{__doc__.split(chr(10) * 2)[1]}")
+def build_parser() -> ArgumentParser:
+    p = command_parser("python -m pbx.replay", "Train one fresh member with the configs along member M's lineage, "
+                       "switched at the same step counts (Ray Tune's PBT replay), into a new run folder.", __doc__)
     p.add_argument("source", metavar="RUN_DIR", type=Path, help="the run whose member's schedule to replay")
-    p.add_argument("--member", default="best", metavar="M",
-                   help="member id, or best: the best member (train score) of the last finished round (default)")
+    p.add_member_option()
     p.add_argument("--run-dir", "--run_dir", dest="run_dir", type=Path, default=None,
                    help="the replay's run folder (default: runs/<original name>-replay-m<M>)")
     p.add_argument("--seed", type=int, default=None,

@@ -613,7 +613,7 @@ def _is_report_folder(path: Path) -> bool:
     return skip
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="python -m pbx.report",
         description="Plots and summary tables for pbx runs. Each run gets RUN_DIR/report/ (scores.png, "
@@ -646,7 +646,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         for path in generate(args.run_dirs, args.out, args.last_k, args.baseline, args.reps):
             print(path, flush=True)

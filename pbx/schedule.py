@@ -29,7 +29,7 @@ import pandas as pd
 
 from pbx.config import RunConfig, load_yaml, resolve
 from pbx.errors import UsageError
-from pbx.history import BASE_COLUMNS, History, best_rows, complete_rounds, read_csv
+from pbx.history import BASE_COLUMNS, History, complete_rounds, last_round_row, read_csv
 from pbx.run_dir import RunDir
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def plan_replay(path: Path, member: str | int = "best", seed: int | None = None)
                          f"{BASE_COLUMNS + cfg.space.names}")
     if frame.empty:
         raise UsageError(f"{folder.history}: no finished round yet, so no schedule to replay")
-    chosen = _member(member, frame, cfg.run.pop_size)
+    chosen = int(last_round_row(frame, member)["member"])
     rows = lineage(frame, chosen, folder.history)
     _check_steps(rows, cfg, folder.history)
     name = f"{cfg.run.name or path.name}-replay-m{chosen}"
@@ -106,18 +106,6 @@ def schedule(rows: pd.DataFrame, history: History) -> list[dict[str, Any]]:
             points.append({"steps": start, "config": config})
         start = int(row["steps"])
     return points
-
-
-def _member(member: str | int, frame: pd.DataFrame, pop_size: int) -> int:
-    if str(member) == "best":
-        return int(best_rows(frame).iloc[-1]["member"])
-    try:
-        chosen = int(member)
-    except ValueError:
-        chosen = -1
-    if not 0 <= chosen < pop_size:
-        raise UsageError(f"--member must be best or a member of the run (0 to {pop_size - 1}), got {member!r}")
-    return chosen
 
 
 def _check_steps(rows: pd.DataFrame, cfg: RunConfig, source: Path) -> None:

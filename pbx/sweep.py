@@ -13,14 +13,13 @@ The file's format and the folder's layout: :mod:`pbx.sweeps`.
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Sequence
 
 from pbx.console import format_score
-from pbx.errors import ArgumentParser, UsageError
+from pbx.errors import ArgumentParser, UsageError, command_parser
 from pbx.runners.mpi import world
 from pbx.sweeps import (Progress, RunSpec, Sweep, execute, follow, load_sweep, prepare, progress, release,
                         slurm_script)
@@ -29,11 +28,9 @@ if TYPE_CHECKING:
     from mpi4py.MPI import Intracomm
 
 
-def build_parser() -> argparse.ArgumentParser:
-    examples = __doc__.split("\n\n")[1]
-    p = ArgumentParser(prog="python -m pbx.sweep", description="Run every variant of an experiment file for each "
-                       "seed into one sweep folder, or write a Slurm job array that does.",
-                       epilog=f"examples:\n{examples}", formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> ArgumentParser:
+    p = command_parser("python -m pbx.sweep", "Run every variant of an experiment file for each seed into one sweep "
+                       "folder, or write a Slurm job array that does.", __doc__)
     p.add_argument("file", metavar="FILE", help="experiment YAML: pbx.train --config settings plus a sweep: section")
     p.add_argument("--seeds", default=None, help="N (seeds 0..N-1) or a list such as 0,3,7 (default: the file's "
                                                  "seeds:)")

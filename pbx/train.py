@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pbx.config import RunConfig, RunSettings, load_yaml, parse_override, resolve
-from pbx.errors import ArgumentParser, UsageError
+from pbx.errors import ArgumentParser, UsageError, command_parser
 from pbx.history import History, best_rows
 from pbx.run_dir import RunDir
 from pbx.runners.mpi import MPIRunner, abort, world
@@ -70,10 +70,8 @@ STRATEGY_FLAGS: list[tuple[tuple[str, ...], str, str]] = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    examples = __doc__.split("\n\n")[1]
-    p = ArgumentParser(prog="python -m pbx.train", description="Train a population (PBT, PB2, baselines) or resume one.",
-                epilog=f"examples:\n{examples}", formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> ArgumentParser:
+    p = command_parser("python -m pbx.train", "Train a population (PBT, PB2, baselines) or resume one.", __doc__)
     for flags, dest, kind, text in RUN_FLAGS:
         p.add_argument(*flags, dest=dest, type=kind, default=None, help=f"{text}{_default(dest)}")
     p.add_argument("--run-dir", "--run_dir", dest="run_dir", default=None,

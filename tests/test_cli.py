@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -173,11 +175,12 @@ def test_start_line_says_what_ppo_really_trains(tmp_path) -> None:
 
 def test_a_run_folder_in_use_is_locked(tmp_path) -> None:
     run_dir = tmp_path / "run"
-    first = start_train("--env", "toy", "--search", "PB2", "--max_budget", "4000", "--run-dir", str(run_dir))
+    first = start_train("--env", "toy", "--search", "PB2", "--max_budget", "400", "--run-dir", str(run_dir))
     try:
         deadline = time.time() + 60
         while not (run_dir / "history.csv").exists() and time.time() < deadline:
             time.sleep(0.05)
+        os.kill(first.pid, signal.SIGSTOP)  # mid-run, holding its lock, however slow the checks below are
         for argv in (["--resume", str(run_dir)], ["--env", "toy", "--run-dir", str(run_dir)]):
             proc = subprocess.run([sys.executable, "-m", "pbx.train", *argv], cwd=ROOT, capture_output=True,
                                   text=True, timeout=60)
@@ -186,6 +189,6 @@ def test_a_run_folder_in_use_is_locked(tmp_path) -> None:
         first.kill()
         first.wait()
     # the killed process's lock died with it
-    proc = subprocess.run([sys.executable, "-m", "pbx.train", "--resume", str(run_dir), "-m", "max_budget=4000"],
+    proc = subprocess.run([sys.executable, "-m", "pbx.train", "--resume", str(run_dir)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -9,6 +9,7 @@ import pytest
 
 from pbx.config import _route, load_yaml, resolve
 from pbx.errors import UsageError
+from pbx.sweeps import load_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 CARTPOLE = {"run": {"env": "CartPole-v1", "search": "none"}}
@@ -16,8 +17,13 @@ CARTPOLE = {"run": {"env": "CartPole-v1", "search": "none"}}
 
 @pytest.mark.parametrize("experiment", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_experiment_files_resolve(experiment: Path) -> None:
-    cfg = resolve([load_yaml(experiment)])
-    assert cfg.run.env == "bigfish" and cfg.run.rounds >= 3
+    if "sweep" in load_yaml(experiment):  # a sweep's file: every variant must resolve
+        sweep = load_sweep(experiment)
+        configs = [resolve([sweep.experiment, v.settings]) for v in sweep.variants]
+        assert len(configs) >= 3 and len(sweep.seeds) >= 1
+    else:
+        configs = [resolve([load_yaml(experiment)])]
+    assert all(cfg.run.rounds >= 3 for cfg in configs)
 
 
 @pytest.mark.parametrize("spelling, name", [("pb2", "PB2"), ("Fixed", "none"), ("Random", "random"), ("NONE", "none")])

@@ -1,7 +1,7 @@
 """Every command in ``docs/`` runs as written.
 
 Blocks marked ``<!-- quick -->`` run for real, in a scratch folder that sees
-the repository's ``docs/``. The others (hours on a GPU) go as far as they can
+the repository's ``docs/`` and ``experiments/``. The others (hours on a GPU) go as far as they can
 without training: ``pbx.train`` commands through argument parsing, config
 resolution and run-folder checks, up to where the runner would start; other
 commands' flags must be among those their ``--help`` lists. The worked
@@ -10,6 +10,7 @@ examples of a new strategy and a new member are imported and run.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
 import subprocess
@@ -58,7 +59,8 @@ def test_the_docs_have_quick_and_long_commands() -> None:
 
 
 def test_quick_commands_run_as_written(tmp_path: Path) -> None:
-    (tmp_path / "docs").symlink_to(DOCS)
+    for folder in ("docs", "experiments"):  # what a clone of the repository has beside the commands' outputs
+        (tmp_path / folder).symlink_to(ROOT / folder)
     for page, command in QUICK:
         argv = _argv(command)
         assert argv is not None, f"{page}: {command}"
@@ -121,3 +123,12 @@ def test_the_example_strategy_and_member_train_and_resume(tmp_path: Path, monkey
     assert frame["round"].max() == 29 and frame["steps"].max() == 300
     final = frame[frame["round"] == 29]["score"]
     assert final.max() > -0.05  # x within about 0.2 of the optimum 3 from its start at 0
+
+
+def test_the_command_line_reference_matches_the_commands(monkeypatch) -> None:
+    spec = importlib.util.spec_from_file_location("make_cli", DOCS / "make_cli.py")
+    make_cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_cli)
+    monkeypatch.setenv("COLUMNS", make_cli.WIDTH)  # restored after the test
+    assert set(make_cli.COMMANDS) == {p.stem for p in (ROOT / "pbx").glob("*.py") if "__main__" in p.read_text()}
+    assert (DOCS / "cli.md").read_text() == make_cli.reference(), "docs/cli.md is stale: python docs/make_cli.py"

@@ -98,7 +98,9 @@ def test_a_killed_rank_ends_the_job_and_a_synchronous_resume_completes_it(tmp_pa
     job = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "pbx.train", *args, "--run-dir", str(run_dir)],
                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     victim = rank_pid(run_dir, 1)
+    deadline = time.time() + 120
     while not (run_dir / "history.csv").exists() or len((run_dir / "history.csv").read_text().splitlines()) < 41:
+        assert job.poll() is None and time.time() < deadline, "the job ended or stalled before round 10"
         time.sleep(0.01)
     os.kill(victim, signal.SIGKILL)
     killed = time.time()

@@ -41,7 +41,7 @@ def check_env(env: str) -> None:
 
 
 def make_env(env: str, n_envs: int, seed: int, *, num_levels: int = 0, start_level: int = 0,
-             distribution_mode: str = "easy", num_threads: int = 0) -> StatefulVecEnv:
+             distribution_mode: str = "easy", num_threads: int = 0, render: bool = False) -> StatefulVecEnv:
     """Build ``n_envs`` copies of ``env``, seeded from ``seed``.
 
     Args:
@@ -52,6 +52,7 @@ def make_env(env: str, n_envs: int, seed: int, *, num_levels: int = 0, start_lev
         start_level: ProcGen's first level seed.
         distribution_mode: ProcGen's difficulty (one of :data:`DISTRIBUTION_MODES`).
         num_threads: ProcGen's worker threads (0 = step in the calling thread).
+        render: gymnasium envs render frames (``render_mode="rgb_array"``; a ProcGen observation is its frame).
 
     The ProcGen-only arguments are ignored for gymnasium ids.
     """
@@ -59,4 +60,4 @@ def make_env(env: str, n_envs: int, seed: int, *, num_levels: int = 0, start_lev
         # ProcGen's rand_seed is a C int
         return ProcgenVecEnv(env, n_envs, seed % 2**31, num_levels=num_levels, start_level=start_level,
                              distribution_mode=distribution_mode, num_threads=num_threads)
-    return make_gym_env(env, n_envs, seed)
+    return make_gym_env(env, n_envs, seed, render=render)

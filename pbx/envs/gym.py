@@ -36,6 +36,9 @@ class GymVecEnv(DummyVecEnv):
         self.envs = pickle.loads(state)
 
 
-def make_gym_env(env_id: str, n_envs: int, seed: int) -> GymVecEnv:
-    """``n_envs`` copies of ``env_id``, env i seeded with ``seed + i`` at its first reset."""
-    return make_vec_env(env_id, n_envs=n_envs, seed=seed, vec_env_cls=GymVecEnv)  # type: ignore[return-value]
+def make_gym_env(env_id: str, n_envs: int, seed: int, render: bool = False) -> GymVecEnv:
+    """``n_envs`` copies of ``env_id``, env i seeded with ``seed + i`` at its first reset; ``render``: each
+    env's ``render()`` returns an RGB frame."""
+    kwargs = {"render_mode": "rgb_array"} if render else None
+    return make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs,  # type: ignore[return-value]
+                        vec_env_cls=GymVecEnv)

@@ -27,7 +27,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, Mapping, Optional
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -45,6 +45,7 @@ from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.members.base import Diverged, Member, MemberContext, MemberSettings
 from pbx.members.impala import ImpalaPolicy
+from pbx.rollout import Played, Watcher, play
 from pbx.space import Config, Continuous, Space
 
 CHECKPOINT_FORMAT = 1
@@ -327,9 +328,11 @@ class PPOMember(Member):
         self._note = ""
         self.apply(config)
 
-    def _make_env(self, n_envs: int, seed: int, num_levels: int, start_level: int) -> StatefulVecEnv:
+    def _make_env(self, n_envs: int, seed: int, num_levels: int, start_level: int,
+                  render: bool = False) -> StatefulVecEnv:
         return make_env(self.context.env, n_envs, seed, num_levels=num_levels, start_level=start_level,
-                        distribution_mode=self.settings.distribution_mode, num_threads=self._env_threads)
+                        distribution_mode=self.settings.distribution_mode, num_threads=self._env_threads,
+                        render=render)
 
     @contextmanager
     def _own_rng(self) -> Iterator[None]:
@@ -456,32 +459,40 @@ class PPOMember(Member):
         s = self.settings
         if s.eval_episodes == 0 or not self._finite():
             return math.nan
-        n_envs = s.eval_n_envs or s.eval_episodes
-        env = self._make_env(n_envs, seed, num_levels=0, start_level=0)
-        # Fix each env's episode count up front (as SB3's evaluate_policy does); taking the
-        # first episodes to finish would favour short ones.
-        targets = (s.eval_episodes + np.arange(n_envs)) // n_envs
-        counts = np.zeros(n_envs, dtype=int)
-        returns: list[float] = []
-        obs = env.reset()
-        with torch.random.fork_rng(devices=[torch.cuda.current_device()] if self._cuda else []):
-            torch.manual_seed(seed)
-            for _ in range(s.eval_max_steps):
-                if not (counts < targets).any():
-                    break
-                actions, _ = self.model.policy.predict(obs, deterministic=False)
-                obs, _, dones, infos = env.step(actions)
-                for i in np.flatnonzero(dones & (counts < targets)):
-                    returns.append(float(infos[i]["episode"]["r"]))
-                    counts[i] += 1
-        env.close()
-        if (counts < targets).any():
+        played = self.play(seed, s.eval_episodes, n_envs=s.eval_n_envs)
+        if not played.complete:
             warnings.warn(f"member {self.context.index}: evaluation stopped at eval_max_steps={s.eval_max_steps:,} "
-                          f"vector steps with {counts.sum()} of {s.eval_episodes} test episodes finished, so its "
-                          f"test score is NaN; raise eval_max_steps or give {self.context.env} a time limit",
+                          f"vector steps with {len(played.returns)} of {s.eval_episodes} test episodes finished, so "
+                          f"its test score is NaN; raise eval_max_steps or give {self.context.env} a time limit",
                           stacklevel=2)
             return math.nan
-        return float(np.mean(returns))
+        return float(np.mean(played.returns))
+
+    def play(self, seed: int, episodes: int, *, deterministic: bool = False, train_levels: bool = False,
+             n_envs: int | None = None, max_steps: int | None = None, render: bool = False,
+             watchers: Sequence[Watcher] = ()) -> Played:
+        """Play ``episodes`` episodes with the policy as it is, in a fresh env (see :func:`pbx.rollout.play`).
+
+        Args:
+            seed: seeds the levels and the policy's action sampling (forked RNGs: training is untouched).
+            deterministic: take the most likely action instead of sampling one.
+            train_levels: play the training levels (``num_levels`` from ``start_level``) instead of the
+                unrestricted distribution; gymnasium ids have one distribution.
+            n_envs: envs sharing the episodes (None: one per episode).
+            max_steps: vector steps at most (None: ``eval_max_steps``).
+            render: gymnasium envs render frames (``render_mode="rgb_array"``) for the watchers.
+            watchers: see every observation (:class:`pbx.rollout.Watcher`).
+        """
+        s = self.settings
+        levels = (s.num_levels, s.start_level) if train_levels else (0, 0)
+        env = self._make_env(n_envs or episodes, seed, *levels, render=render)
+        try:
+            with torch.random.fork_rng(devices=[torch.cuda.current_device()] if self._cuda else []):
+                torch.manual_seed(seed)
+                return play(env, lambda obs: self.model.policy.predict(obs, deterministic=deterministic)[0],
+                            episodes, max_steps or s.eval_max_steps, watchers)
+        finally:
+            env.close()
 
     def save(self, path: Path) -> None:
         state = self._checkpoint()

@@ -1,0 +1,222 @@
+"""Scoring a trained member's checkpoint, and recording it playing (``python -m pbx.evaluate``).
+
+The checkpoint is a member's file of the run's last finished round; ``best`` is
+that round's best member on *train* score (:func:`pbx.history.best_rows`: the
+test set never selects). The member is rebuilt from the run's ``config.yaml``
+and loads the file as a donor's (``own=False``: the policy, not the training
+envs), then plays through its own :meth:`~pbx.members.ppo.PPOMember.play`, the
+code behind its test score each round: on the test levels (ProcGen's
+unrestricted distribution, ``num_levels=0``) or on the run's training levels,
+with one env per episode. Both policies, the sampled one (what the test score
+measures) and the most likely action, play the same levels (one ``seed``); the
+video shows the first episodes of the sampled policy.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from tqdm import tqdm
+
+from pbx.config import RunConfig, resolve
+from pbx.console import format_score
+from pbx.envs import is_procgen
+from pbx.errors import UsageError
+from pbx.files import durable_write
+from pbx.history import last_round_row
+from pbx.members import MemberContext
+from pbx.report import load_run
+from pbx.rollout import Played
+from pbx.run_dir import RunDir
+from pbx.runners.common import member_seed
+from pbx.video import Recorder, check_path
+
+if TYPE_CHECKING:  # hints only: SB3 imported before pbx.envs would let gym's banner through
+    from stable_baselines3.common.vec_env import VecEnv
+
+LEVELS = ("test", "train")
+POLICIES = ("stochastic", "deterministic")
+"""In the order they play: the recorded one first, so a video that cannot be made fails at once."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The checkpoint to score: member ``member`` of the run in ``run_dir`` after round ``round``."""
+
+    run_dir: RunDir
+    cfg: RunConfig
+    member: int
+    round: int
+    steps: int
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.run_dir.checkpoint(self.member, self.round)
+
+
+@dataclass(frozen=True)
+class Score:
+    """One policy's episodes: the returns of finished and cut-off episodes, and how many were cut off."""
+
+    returns: list[float]
+    cut: int
+    mean: float
+    std: float
+    """Over the episodes (population std, ddof 0)."""
+    count: int
+
+    @classmethod
+    def of(cls, played: Played) -> Score:
+        returns = played.returns + played.cut
+        return cls(returns, len(played.cut), float(np.mean(returns)), float(np.std(returns)), len(returns))
+
+    def line(self, policy: str, max_steps: int) -> str:
+        """``stochastic     mean 12.5 | std 3.1 | 100 episodes``."""
+        cut = f" ({self.cut} cut off at {max_steps:,} steps, counted with their return so far)" if self.cut else ""
+        return (f"{policy:<14} mean {format_score(self.mean)} | std {format_score(self.std)} | "
+                f"{self.count} episodes{cut}")
+
+
+def find_target(path: Path, member: str = "best") -> Target:
+    """The checkpoint of ``member`` (an id, or ``best``) after the last finished round of the run in ``path``.
+
+    Raises :class:`UsageError` for a missing or damaged run folder, a run of an env without episodes (the
+    toy), a member not in the population, or a missing checkpoint file.
+    """
+    run = load_run(path)
+    run_dir = RunDir(path)
+    try:
+        cfg = resolve([run.config])
+    except UsageError as err:
+        raise UsageError(f"{run_dir.config}: {err}") from None
+    if not hasattr(cfg.member_cls, "play"):
+        raise UsageError(f"{path} trains {cfg.run.env}, which has no episodes to play: pbx.evaluate scores PPO "
+                         f"members (a ProcGen game or a gymnasium id)")
+    row = last_round_row(run.frame, member)
+    target = Target(run_dir, cfg, int(row["member"]), int(row["round"]), int(row["steps"]))
+    if not target.checkpoint.is_file():
+        raise UsageError(f"{target.checkpoint}: missing checkpoint of member {target.member} after round "
+                         f"{target.round}, the run's last finished round; the run folder is damaged")
+    return target
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What :func:`evaluate` measured, as written to the JSON file."""
+
+    run: str
+    env: str
+    member: int
+    round: int
+    steps: int
+    levels: str
+    seed: int
+    episodes: int
+    max_steps: int
+    scores: dict[str, Score]
+    video: str | None
+    video_frames: int | None
+    """Frames the video shows (a held frame counts as shown)."""
+    video_size: tuple[int, int] | None
+    """(width, height) of its frames."""
+
+    def write(self, path: Path) -> None:
+        text = json.dumps(asdict(self), indent=1) + "\n"
+        durable_write(path, lambda tmp: tmp.write_text(text))
+
+
+def evaluate(target: Target, *, episodes: int = 100, levels: str = "test", seed: int = 0, device: str | None = None,
+             max_steps: int | None = None, video: Path | None = None, video_episodes: int = 3) -> Evaluation:
+    """Play ``episodes`` episodes with each policy of ``target``'s member (see the module's docstring).
+
+    Args:
+        levels: ``test`` or ``train``.
+        seed: seeds the levels and the action sampling: the same seed gives the same scores.
+        device: ``auto``, ``cpu`` or ``cuda`` (None: the run's).
+        max_steps: cut each episode off after this many steps, counting its return so far (None: the
+            member's ``eval_max_steps``).
+        video: write the first ``video_episodes`` episodes of the sampled policy to this ``.mp4`` or ``.gif``.
+    """
+    check_options(episodes, levels, max_steps, video, video_episodes)
+    cfg = target.cfg
+    context = MemberContext(env=cfg.run.env, index=target.member, seed=member_seed(cfg.run.seed, target.member),
+                            device=cfg.run.device if device is None else device)
+    member: Any = cfg.member_cls(context, cfg.member, {})
+    try:
+        member.load(target.checkpoint, own=False)
+        max_steps = max_steps or member.settings.eval_max_steps
+        recorder = Recorder(min(video_episodes, episodes)) if video is not None else None
+        scores: dict[str, Score] = {}
+        with _Progress(len(POLICIES) * episodes) as progress:
+            for policy in POLICIES:
+                recording = recorder is not None and policy == "stochastic"
+                played = member.play(seed, episodes, deterministic=policy == "deterministic",
+                                     train_levels=levels == "train", max_steps=max_steps, render=recording,
+                                     watchers=[progress, recorder] if recording else [progress])
+                scores[policy] = Score.of(played)
+    finally:
+        member.close()
+    frames, size = recorder.write(video) if recorder is not None and video is not None else (None, None)
+    return Evaluation(str(target.run_dir.path), cfg.run.env, target.member, target.round, target.steps, levels,
+                      seed, episodes, max_steps, scores, None if video is None else str(video), frames, size)
+
+
+def check_options(episodes: int, levels: str, max_steps: int | None, video: Path | None, video_episodes: int) -> None:
+    """Raise :class:`UsageError` for options :func:`evaluate` cannot take (before any work is done)."""
+    if episodes < 1:
+        raise UsageError(f"--episodes must be at least 1, got {episodes}")
+    if levels not in LEVELS:
+        raise UsageError(f"--levels must be test or train, got {levels!r}")
+    if max_steps is not None and max_steps < 1:
+        raise UsageError(f"--max-steps must be at least 1, got {max_steps}")
+    if video is not None:
+        check_path(video)
+        if video_episodes < 1:
+            raise UsageError(f"--video-episodes must be at least 1, got {video_episodes}")
+
+
+def result_path(target: Target, levels: str, seed: int) -> Path:
+    """Where :func:`evaluate`'s numbers go: ``RUN_DIR/report/evaluate_m<M>_<levels>_seed<S>.json``."""
+    return target.run_dir.report / f"evaluate_m{target.member}_{levels}_seed{seed}.json"
+
+
+def describe(target: Target, levels: str, episodes: int, seed: int) -> str:
+    """``member 2 of runs/X after round 50 (25,000,000 steps): 100 episodes on test levels (unrestricted), seed 0``."""
+    cfg = target.cfg
+    if not is_procgen(cfg.run.env):
+        where = f"{cfg.run.env} (one distribution: train and test levels are the same)"
+    elif levels == "test":
+        where = "test levels (unrestricted, num_levels=0)"
+    else:
+        where = f"train levels ({cfg.member.num_levels or 'unrestricted'} from {cfg.member.start_level})"  # type: ignore[attr-defined]
+    return (f"member {target.member} of {target.run_dir.path} after round {target.round + 1}/{cfg.run.rounds} "
+            f"({target.steps:,} steps): {episodes} episodes on {where}, seed {seed}")
+
+
+class _Progress:
+    """A bar of finished episodes over both policies (off when the output is no terminal, as pbx.console's)."""
+
+    def __init__(self, total: int) -> None:
+        self._bar = tqdm(total=total, desc="evaluate", unit="episode", disable=None, file=sys.stderr, leave=False)
+        self._done = np.zeros(0, dtype=bool)
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.close()
+
+    def start(self, env: VecEnv, obs: np.ndarray) -> None:
+        self._done = np.zeros(env.num_envs, dtype=bool)
+
+    def step(self, env: VecEnv, obs: np.ndarray, rewards: np.ndarray, dones: np.ndarray,
+             infos: list[dict[str, Any]]) -> None:
+        new = dones & ~self._done
+        if new.any():
+            self._done |= new
+            self._bar.update(int(new.sum()))

@@ -1,0 +1,169 @@
+"""``python -m pbx.evaluate`` on real tiny runs: scores, videos that decode, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from pbx import evaluate, train
+from pbx.evaluation import evaluate as evaluate_target, find_target
+from pbx.video import imageio_ffmpeg
+
+from conftest import ROOT, run_toy
+
+# One rollout of 2 envs x 32 steps, no test episodes while training: the smallest run a PPO member makes.
+TINY = ["--search", "none", "--batchsize", "1", "-m", "n_envs=2", "n_steps=32", "batch_size=32", "eval_episodes=0",
+        "--t_ready", "64", "--max_budget", "64", "--device", "cpu"]
+# Two episodes per policy, cut off after 30 steps (an untrained bigfish episode can last 1,000).
+QUICK = ["--episodes", "2", "--max-steps", "30", "--seed", "3"]
+CHECKPOINT = "checkpoints/member_0.r0.ckpt"
+
+
+@pytest.fixture(scope="module")
+def bigfish_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("evaluate") / "bigfish"
+    assert train.main(["--env", "bigfish", *TINY, "-m", "num_levels=50", "--run-dir", str(run_dir)]) == 0
+    return run_dir
+
+
+def _evaluate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[list[str], dict[str, Any]]:
+    """Run the command in this process; return its output lines and the JSON it wrote."""
+    assert evaluate.main([*args]) == 0
+    out = capsys.readouterr()
+    assert out.err == ""
+    path = re.search(r"^wrote (\S+\.json)$", out.out, re.M)
+    assert path is not None, out.out
+    return out.out.splitlines(), json.loads(Path(path.group(1)).read_text())
+
+
+def _video_line(lines: list[str]) -> tuple[int, tuple[int, int]]:
+    """The frame count and size the command says it wrote."""
+    found = [re.fullmatch(r"wrote \S+ \((\d+) frames, (\d+)x(\d+)\)", line) for line in lines]
+    match = next(m for m in found if m)
+    return int(match.group(1)), (int(match.group(2)), int(match.group(3)))
+
+
+def test_scores_both_policies_and_writes_videos_that_decode(bigfish_run: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    mp4 = tmp_path / "episodes.mp4"
+    lines, first = _evaluate(capsys, str(bigfish_run), *QUICK, "--video", str(mp4), "--video-episodes", "2")
+    assert lines[0].startswith("member 0 of ") and "test levels" in lines[0]
+    for policy in ("stochastic", "deterministic"):
+        score = first["scores"][policy]
+        assert score["count"] == len(score["returns"]) == 2 and math.isfinite(score["mean"])
+        assert math.isfinite(score["std"]) and 0 <= score["cut"] <= 2
+        assert any(line.startswith(f"{policy} ") and " mean " in line for line in lines)
+    frames, size = _video_line(lines)
+    assert size == (256, 256)  # 64x64 observations scaled 4x
+    reader = imageio_ffmpeg().read_frames(str(mp4))
+    meta = next(reader)
+    decoded = [np.frombuffer(f, np.uint8).reshape(256, 256, 3) for f in reader]
+    assert meta["size"] == size and len(decoded) == frames
+    # each episode's frames (at most 31: the first observation and one per step before the cut) plus 1 s held
+    assert 2 * 15 < frames <= 2 * (31 + 15)
+    box = decoded[0][3:18, 3:60].astype(int)  # the return written in: white text on a black box
+    assert (box.sum(axis=2) < 150).mean() > 0.4 and (box.sum(axis=2) > 600).any()
+
+    # the same seed gives the same scores, with a GIF this time
+    gif = tmp_path / "episodes.gif"
+    lines, second = _evaluate(capsys, str(bigfish_run), *QUICK, "--video", str(gif), "--video-episodes", "1")
+    assert second["scores"] == first["scores"]
+    frames, size = _video_line(lines)
+    with Image.open(gif) as image:
+        assert image.size == size == (256, 256) and image.n_frames >= 2
+        durations = []
+        for k in range(image.n_frames):
+            image.seek(k)
+            durations.append(image.info["duration"])
+    # the frames shown, held ones and ones Pillow merged included; GIF counts time in 10 ms steps
+    assert abs(sum(durations) - frames * 1000 / 15) < 10 * len(durations)
+
+
+def test_train_levels_are_the_runs_training_levels(bigfish_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pbx.members.ppo as ppo
+
+    built: list[dict[str, Any]] = []
+    real = ppo.make_env
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        built.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ppo, "make_env", spy)
+    result = evaluate_target(find_target(bigfish_run), episodes=1, levels="train", max_steps=5, device="cpu")
+    assert [(b["num_levels"], b["start_level"]) for b in built[1:]] == [(50, 0), (50, 0)]  # after the member's own
+    assert result.levels == "train" and result.scores["stochastic"].count == 1
+
+
+def test_cartpole_is_scored_and_filmed_from_its_render(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "cartpole"
+    assert train.main(["--env", "CartPole-v1", *TINY, "--run-dir", str(run_dir)]) == 0
+    capsys.readouterr()
+    mp4 = tmp_path / "cartpole.mp4"
+    code = evaluate.main([str(run_dir), "--episodes", "2", "--video", str(mp4), "--video-episodes", "1"])
+    out = capsys.readouterr()
+    try:
+        import pygame  # noqa: F401  (CartPole renders with it)
+    except ImportError:
+        assert code == 2 and out.err.count("\n") == 1 and "pygame" in out.err
+        return
+    assert code == 0 and mp4.is_file()
+    _, size = _video_line(out.out.splitlines())
+    assert size == (304, 208)  # 600x400 kept at every 2nd pixel, padded to 16-pixel blocks
+
+
+def _damage(run: Path, tmp_path: Path, case: str) -> list[str]:
+    """A copy of ``run`` damaged as ``case`` says; returns the command's arguments."""
+    if case == "no folder":
+        return [str(tmp_path / "absent")]
+    if case == "toy":
+        run_toy(tmp_path / "toy", max_budget=8)
+        return [str(tmp_path / "toy")]
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    if case == "no checkpoint":
+        (copy / CHECKPOINT).unlink()
+    elif case == "garbage checkpoint":
+        (copy / CHECKPOINT).write_bytes(b"not a checkpoint" * 100)
+    return {"member 1": [str(copy), "--member", "1"], "bad video": [str(copy), "--video", "x.avi"],
+            "0 episodes": [str(copy), "--episodes", "0"]}.get(case, [str(copy)])
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no folder", "absent: no such run folder"),
+    ("toy", "trains toy, which has no episodes to play"),
+    ("no checkpoint", "member_0.r0.ckpt: missing checkpoint of member 0 after round 0"),
+    ("garbage checkpoint", "member_0.r0.ckpt: unreadable checkpoint"),
+    ("member 1", "--member must be best or a member of the run (0 to 0), got '1'"),
+    ("bad video", "--video x.avi: the file must end in .mp4 or .gif"),
+    ("0 episodes", "--episodes must be at least 1, got 0"),
+])
+def test_bad_input_is_one_line_and_exit_2(bigfish_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          case: str, message: str) -> None:
+    args = _damage(bigfish_run, tmp_path, case)
+    capsys.readouterr()
+    assert evaluate.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_a_truncated_checkpoint_is_one_line_from_the_command(bigfish_run: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(bigfish_run, copy)
+    data = (copy / CHECKPOINT).read_bytes()
+    (copy / CHECKPOINT).write_bytes(data[:len(data) // 2])
+    proc = subprocess.run([sys.executable, "-m", "pbx.evaluate", str(copy), "--episodes", "1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and re.match(r"error: \S+member_0\.r0\.ckpt: unreadable checkpoint",
+                                                     proc.stderr), proc.stderr
