@@ -94,19 +94,19 @@ def test_long_commands_parse_and_resolve(page: str, command: str, tmp_path: Path
         with pytest.raises(_Reached):
             pbx.train.main(argv[2:])
         return
-    module = argv[1] if argv[0] == "-m" else argv[0]
+    launch = tuple(argv[:2] if argv[0] == "-m" else argv[:1])  # ("-m", module) or (script,)
     for flag in (word.split("=")[0] for word in argv if word.startswith("--")):
-        assert flag in _help(module), f"{page}: {command}: {flag} is not an option of {module}"
+        assert flag in _help(launch), f"{page}: {command}: {flag} is not an option of {launch[-1]}"
 
 
 @functools.cache
-def _help(module: str) -> str:
+def _help(launch: tuple[str, ...]) -> str:
     """A command's ``--help``: pbx's own from its parser in this process (the help that
     ``docs/cli.md`` is checked against), any other from a subprocess."""
-    if module.startswith("pbx."):
-        return importlib.import_module(module).build_parser().format_help()
-    helped = subprocess.run([sys.executable, *(["-m", module] if not module.endswith(".py") else [module]), "--help"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if launch[0] == "-m" and launch[1].startswith("pbx."):
+        return importlib.import_module(launch[1]).build_parser().format_help()
+    helped = subprocess.run([sys.executable, *launch, "--help"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
     assert helped.returncode == 0, helped.stderr
     return helped.stdout
 
