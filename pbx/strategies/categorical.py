@@ -55,7 +55,8 @@ def check_space(cat_exp: str, fixed_cat_val: str | None, space: Space) -> None:
     """Refuse a ``--cat_exp`` / ``--fixed_cat_val`` that has nothing to act on in ``space``."""
     if cat_exp in BANDITS and not space.categorical:
         raise UsageError(f"cat_exp {cat_exp} picks categorical hyperparameters, and the search space has none "
-                         f"({', '.join(space.names)}); use a space with one (e.g. --space ppo_procgen_mix.yaml)")
+                         f"({', '.join(space.names)}); use a space with one: --env toy-cat, or on a ProcGen game "
+                         f"--space ppo_procgen_mix.yaml")
     if fixed_cat_val is None:
         return
     if cat_exp != "fixed":
