@@ -103,9 +103,26 @@ class RunDir:
         ``members``: only theirs. An MPI rank prunes its own members' files only: on a
         shared file system another rank may already be writing the next round's.
         """
+        for f, member, round_ in self._checkpoint_files():
+            if members is not None and member not in members:
+                continue
+            if round_ != keep_round or f.name.endswith(".tmp"):
+                f.unlink(missing_ok=True)
+
+    def newest_checkpoint_round(self) -> int | None:
+        """The latest round any checkpoint file (half-written ones included) is of; None without any.
+
+        A resume checks it against the history: round r + 1's files exist only after
+        round r is in history.csv, so files of a round past the one after its last mean
+        the history lost finished rounds.
+        """
+        return max((round_ for _, _, round_ in self._checkpoint_files()), default=None)
+
+    def _checkpoint_files(self) -> Iterator[tuple[Path, int, int]]:
+        """(file, member, round) of each checkpoint file in the folder, ``.tmp`` ones included."""
+        if not self.checkpoints.is_dir():
+            return
         for f in self.checkpoints.iterdir():
             match = _CKPT.match(f.name.removesuffix(".tmp"))
-            if match is None or (members is not None and int(match.group(1)) not in members):
-                continue
-            if int(match.group(2)) != keep_round or f.name.endswith(".tmp"):
-                f.unlink(missing_ok=True)
+            if match is not None:
+                yield f, int(match.group(1)), int(match.group(2))

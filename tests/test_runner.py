@@ -119,7 +119,14 @@ def _damage_cases(ckpt: Path, history: Path) -> dict[str, Callable[[], None]]:
         "garbage checkpoint": lambda: ckpt.write_bytes(b"\x00\x01 not json"),
         "checkpoint out of step": lambda: ckpt.write_text(ckpt.read_text().replace('"steps": 40', '"steps": 36')),
         "history with a foreign header": lambda: history.write_text("a,b\n1,2\n"),
+        # whole rounds, or a torn round 0, that look like an earlier kill but for the newer checkpoints
+        "history without its last rounds": lambda: history.write_text("".join(_lines(history)[:1 + 4 * 5])),
+        "history cut inside round 0": lambda: history.write_text("".join(_lines(history)[:2]) + "1,0,4,0.0"),
     }
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines(keepends=True)
 
 
 @pytest.mark.parametrize("case", list(_damage_cases(Path("x"), Path("y"))))
@@ -136,6 +143,8 @@ def test_a_damaged_run_folder_is_one_line_and_exit_2(tmp_path, case: str) -> Non
     assert proc.returncode == 2, (out, err)
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
     assert ("member_2.r9.ckpt" in err) if "checkpoint" in case else ("history.csv" in err), err
+    if "history" in case:  # refused before anything in the folder changed
+        assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [f"member_{m}.r9.ckpt" for m in range(4)]
 
 
 def test_checkpoints_are_durable_before_the_rounds_history_rows(tmp_path, monkeypatch) -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence, TypeVar
 
 from pbx.config import RunConfig
+from pbx.errors import UsageError
 from pbx.history import History, Row
 from pbx.run_dir import RunDir
 from pbx.runners.common import RunRecorder, eval_seed, initial_configs, round_rng
@@ -148,6 +149,11 @@ class RoundLoop:
         (``wall_s`` keeps counting across a resume: it is time spent on the run, not since this process began)."""
         history = recorder.history
         first = history.last_round + 1
+        newest = self.run_dir.newest_checkpoint_round()
+        if newest is not None and newest > first:
+            kept = f"its last whole round is {first - 1}" if first else "it holds no whole round"
+            raise UsageError(f"{self.run_dir.history}: {kept}, but checkpoints/ holds round {newest}'s: the history "
+                             f"has lost finished rounds (restore it, or start a new run)")
         if first == 0:
             return first, {}, 0.0
         rows = history.round(first - 1)
