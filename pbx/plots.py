@@ -289,7 +289,8 @@ def _draw_lineage(ax: Axes, segments: list[_Segment], palette: _Palette, drawsty
 
 
 def _member_legend(fig: Figure, axes: list[Axes], palette: _Palette) -> None:
-    """A legend outside the axes: one entry per member, or a colour bar when there are too many."""
+    """A legend outside the axes, at mid-height (at the top a long title runs into it): one entry per member,
+    or a colour bar when there are too many."""
     exploit = Line2D([], [], color="0.5", linestyle="none", label="exploit (copies donor)", **EXPLOIT_MARKER)
     members = palette.members
     if len(members) > MAX_LEGEND_MEMBERS:
@@ -300,4 +301,4 @@ def _member_legend(fig: Figure, axes: list[Axes], palette: _Palette) -> None:
         axes[0].legend(handles=[exploit], fontsize="small", loc="best")
         return
     handles = [Line2D([], [], color=palette.colour(m), label=f"member {m}") for m in members]
-    fig.legend(handles=handles + [exploit], loc="outside right upper", fontsize="small")
+    fig.legend(handles=handles + [exploit], loc="outside right center", fontsize="small")
