@@ -1,0 +1,91 @@
+"""What makes two runs the same experiment: a run's fingerprint.
+
+Statistics over seeds pool runs under one label; they mean something only when
+those runs differ in nothing but the seed. A run's fingerprint is its resolved
+config (``config.yaml``: run, strategy, member and the space in full) less the
+settings that cannot change a result, :data:`IRRELEVANT`, plus the pbx that
+trained it (:func:`provenance`: the version and, when pbx runs from a git
+checkout, the commit). ``pbx.report`` pools runs only when their fingerprints
+agree, and a sweep refuses a rerun whose fresh resolution differs from the one
+it stored.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any, Mapping
+
+import pbx
+
+PROVENANCE = "pbx"
+"""The ``config.yaml`` section that records which pbx trained the run (``version``, ``commit``)."""
+
+IRRELEVANT = frozenset({
+    "run.seed", "run.name", "run.device", "run.runner", "run.comm",
+    # Where the space was read from; the space itself is part of the fingerprint in full.
+    "run.space",
+})
+"""Dotted settings that cannot change what a run learns: its seed (what statistics vary), where it is
+written, and how it is executed."""
+
+
+@functools.cache
+def provenance() -> dict[str, str | None]:
+    """The pbx that is running: its version, and the git commit when the package lies in a git checkout
+    (``+dirty`` when the checkout's tracked files differ from it); None from a plain install."""
+    return {"version": pbx.__version__, "commit": _commit(Path(pbx.__file__).resolve().parent)}
+
+
+def _commit(package: Path) -> str | None:
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    # A plain install lies in site-packages; only a checkout whose own package this is names a commit.
+    if top is None or not (Path(top) / "pbx" / "__init__.py").resolve() == package / "__init__.py":
+        return None
+    head = git("rev-parse", "HEAD")
+    if head is None:
+        return None
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return head + ("+dirty" if dirty else "")
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as ``section.key`` -> value (lists and scalars are leaves)."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A resolved config's (a ``config.yaml``'s) fingerprint: dotted keys -> values, without
+    :data:`IRRELEVANT`; the ``pbx`` section (version, commit) counts. A config written before pbx
+    recorded itself has no ``pbx.*`` keys, and so differs from any that does."""
+    return {k: v for k, v in flatten(config).items() if k not in IRRELEVANT}
+
+
+def digest(config: Mapping[str, Any]) -> str:
+    """A short stable hash of :func:`fingerprint` (12 hex digits), for a label or a log line."""
+    text = json.dumps(fingerprint(config), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def differing_keys(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """The dotted keys whose values differ between two configs' fingerprints (a key one lacks differs)."""
+    fa, fb = fingerprint(a), fingerprint(b)
+    missing = object()
+    return sorted(k for k in fa.keys() | fb.keys() if fa.get(k, missing) != fb.get(k, missing))
