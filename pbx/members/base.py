@@ -72,6 +72,16 @@ class Member(ABC):
         """Run settings for ``env`` unless the user says otherwise (``t_ready``, ``max_budget``)."""
 
     @classmethod
+    def describe(cls, settings: MemberSettings) -> str:
+        """A short human name of what trains with ``settings``, for the run's start line (``"toy"``).
+
+        The default is the class name less ``Member``, lower case; a member whose settings change
+        what is trained says so (PPO names its loss, ``"PPO (reference loss)"``), so two runs that
+        train different things never read alike.
+        """
+        return cls.__name__.removesuffix("Member").lower() or cls.__name__
+
+    @classmethod
     def space_file(cls, env: str) -> str:
         """The search-space file (under ``search_spaces/``) for ``env`` when the run names none."""
         return cls.default_space
