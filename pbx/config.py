@@ -6,7 +6,8 @@ A run's config has three sections, each a dataclass:
 - ``strategy``: the settings class of the chosen ``--search`` (e.g. PBT's ``resample_prob``);
 - ``member``: the settings class of the member that trains ``--env`` (e.g. PPO's ``n_envs``).
 
-Layers, later wins: dataclass defaults < the member's ``run_defaults`` < an
+Layers, later wins: dataclass defaults < the member's ``run_defaults`` and
+``setting_defaults`` < an
 experiment YAML (``--config``) < command-line flags < ``-m key=value``
 overrides. A ``-m`` key is a field name (``pop_size``, ``n_envs``) or a dotted
 ``section.field``. The resolved config, with the search space, is written to the
@@ -30,11 +31,13 @@ import yaml
 
 from pbx.errors import UsageError
 from pbx.files import durable_write
+from pbx.fingerprint import PROVENANCE, provenance
 from pbx.yaml_files import read_yaml
 from pbx.members import Member, MemberSettings, member_class, space_file
 from pbx.space import Space
 from pbx.strategies import (ExploitExplore, RunContext, Strategy, StrategySettings, canonical_search, make_selection,
                             strategy_class)
+from pbx.strategies.categorical import BANDITS, CAT_EXPS, canonical_cat_exp
 
 SEARCH_SPACES = Path(__file__).resolve().parent / "search_spaces"
 """The shipped search spaces: package data, so a non-editable install finds them too."""
@@ -115,6 +118,10 @@ class RunConfig:
     """Where the space was read from (for the record; the space itself is stored in full)."""
     member_cls: type[Member] = field(repr=False)
     strategy_cls: type[Strategy] = field(repr=False)
+    provenance: dict[str, str | None] | None = field(default_factory=lambda: dict(provenance()))
+    """The pbx that started the run (``version``, ``commit``; :func:`pbx.fingerprint.provenance`), written as
+    config.yaml's ``pbx`` section: this process's for a new run, the stored record for a resumed one (None:
+    a folder written before pbx recorded itself)."""
 
     def round_steps(self, round_: int) -> int:
         """Steps each member is asked to train in ``round_`` (the last round takes the rest of the budget)."""
@@ -141,6 +148,7 @@ class RunConfig:
         # A searched hyperparameter's member setting is never used: the space records what the members train with.
         member = {k: v for k, v in dataclasses.asdict(self.member).items() if k not in self.space.params}
         return {
+            **({PROVENANCE: dict(self.provenance)} if self.provenance is not None else {}),
             "run": run,
             "strategy": dataclasses.asdict(self.strategy),
             "member": member,
@@ -156,7 +164,9 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
     """Merge config layers (lowest first) and ``-m key=value`` overrides into a validated RunConfig.
 
     Each layer is a mapping with optional ``run``/``strategy``/``member``/``space``
-    sections and/or flat ``field: value`` keys.
+    sections and/or flat ``field: value`` keys. A ``pbx`` section (a run's record of the pbx
+    that started it) is accepted and not used: the result records this process's pbx, and a
+    resume puts the stored record back.
     """
     merged: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     flat: dict[str, Any] = {}
@@ -176,6 +186,10 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
                     member_input.update({name: (v, inline) for name, v in value.items()})
             elif key == "space" and inline:
                 space_spec = value
+            elif key == PROVENANCE:
+                if not isinstance(value, Mapping):
+                    raise UsageError(f"config section {key!r} (the pbx that started the run) must be a mapping of "
+                                     f"version and commit, got {value!r}")
             else:
                 flat[key] = value
                 member_input[key.removeprefix("member.")] = (value, False)
@@ -193,17 +207,20 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
     search = canonical_search(run_raw.get("search", RunSettings.search))
     run_raw["search"] = search
     strat_cls = strategy_class(search)
-    # The space comes first: it decides the member (DrAC's PPO when it holds an augmentation), and
-    # --cat_exp on a ProcGen game with no space named takes PB2-Mix's space.
+    # The space comes first: it decides the member (DrAC's PPO when it holds an augmentation), and a
+    # bandit's --cat_exp on a ProcGen game with no space named takes PB2-Mix's space; random and fixed
+    # (the PBT spellings) train what leaving --cat_exp out trains.
     # A resolved config.yaml carries its space inline; a space named by a flag or -m replaces it.
-    categorical = "cat_exp" in merged["strategy"] or any(k in ("cat_exp", "strategy.cat_exp") for k in flat)
+    cat_exp = flat.get("strategy.cat_exp", flat.get("cat_exp", merged["strategy"].get("cat_exp")))
+    bandit = cat_exp is not None and canonical_cat_exp(cat_exp, CAT_EXPS, search) in BANDITS
     space_source, space = _load_space(flat.get("run.space", run_raw.get("space")),
-                                      lambda: space_file(env, categorical), None if named_space else space_spec)
+                                      lambda: space_file(env, bandit), None if named_space else space_spec)
     member_cls = member_class(env, [*space.names, *member_input])
     run_raw = {**member_cls.run_defaults(env), **run_raw}
 
     sections = {"run": RunSettings, "strategy": strat_cls.settings_cls, "member": member_cls.settings_cls}
-    raw = {"run": run_raw, "strategy": dict(merged["strategy"]), "member": dict(merged["member"])}
+    raw = {"run": run_raw, "strategy": dict(merged["strategy"]),
+           "member": {**member_cls.setting_defaults(env), **merged["member"]}}
     for key, value in flat.items():
         section, name = _route(key, sections, search, env)
         raw[section][name] = canonical_search(value) if (section, name) == ("run", "search") else value

@@ -82,6 +82,11 @@ class Member(ABC):
         return cls.__name__.removesuffix("Member").lower() or cls.__name__
 
     @classmethod
+    def setting_defaults(cls, env: str) -> dict[str, object]:
+        """Member settings for ``env`` unless the user says otherwise (above the settings' own defaults)."""
+        return {}
+
+    @classmethod
     def space_file(cls, env: str) -> str:
         """The search-space file (under ``search_spaces/``) for ``env`` when the run names none."""
         return cls.default_space
