@@ -40,74 +40,40 @@ Population Based AutoRL", NeurIPS 2021):
 With too little data (round 0), or when the GP fails numerically, PB2 explores
 as PBT does, as the paper and Ray do; a run never dies of a GP failure.
 
-Cost: the kernel hyperparameters are fit on the most recent ``fit_rows``
-intervals and the posterior conditions on the whole window (one Cholesky
-factorisation); the acquisition is screened at random points in one vectorised
-prediction and its best points are polished by L-BFGS-B with analytic gradients.
-A round with 1000 rows takes about 0.26 s on 2 cores (``benchmarks/bench_pb2.py``): half of it
-the fit (up to :data:`FIT_ITERS` GPy evaluations of about 4 ms), a quarter each the window's
-kernel matrix and Cholesky factor, and the acquisition's polish.
+The GP (:mod:`pbx.strategies.gp`) is fit on the most recent ``fit_rows``
+intervals and conditions on the whole window; the acquisition and its maximiser
+are :mod:`pbx.strategies.acquisition`. A round with 1000 rows takes about 0.3 s
+on 2 cores (``benchmarks/bench_pb2.py``): about half of it the fit, the rest the
+window's kernel matrix, its Cholesky factor and the climbs of the acquisition.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
 import math
-import warnings
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterator
+from typing import ClassVar
 
-import GPy
 import numpy as np
 import pandas as pd
 from scipy import linalg
-from scipy.linalg import blas
-from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 
 from pbx.errors import UsageError
 from pbx.history import History
 from pbx.space import Config, Continuous, Space
+from pbx.strategies.acquisition import Acquisition, kappa, maximise
 from pbx.strategies.base import Decision, Explored, RoundContext
 from pbx.strategies.categorical import BANDITS, CAT_EXPS, CategoryBandits, codes, config_codes, fixed_values
-from pbx.strategies.kernels import MixedKernel, TimeVaryingSE, se_gradient, sq_dist
+from pbx.strategies.gp import FALLBACK_NOISE, Posterior, Scale, fit_kernel, quiet, standardise
 from pbx.strategies.pbt import PBT, PBTSettings, perturb
 
 logger = logging.getLogger(__name__)
 
 MIN_ROWS = 3
 """Fewer usable intervals than this and the GP knows nothing: explore as PBT does."""
-Y_CLIP = 2.0
-"""Standardised improvement rates are clipped to ``[-Y_CLIP, Y_CLIP]`` (the paper's outlier guard)."""
-SIGNAL_INIT, NOISE_INIT, NOISE_BOUNDS = 0.5, 0.5, (1e-4, 10.0)
-"""Kernel variance and likelihood noise on the standardised (unit-variance) targets: both start
-at half, and the noise stays above a floor that keeps the window's kernel matrix well conditioned."""
-FALLBACK_NOISE = 0.1
-"""Fixed noise of the second fit attempt, after the free fit failed: large jitter, never singular."""
-FIT_ITERS, FIT_FACTR = 30, 1e10
-"""Marginal-likelihood optimiser: cap on evaluations, and L-BFGS-B's stopping factor (relative
-change in the objective of about 2e-6; the hyperparameters barely move past it)."""
-JITTERS = (0.0, 1e-8, 1e-6, 1e-4, 1e-2)
-"""Jitter ladder for the posterior's Cholesky, relative to the mean of the diagonal."""
-SCREEN = 128
-"""Random points screened in one vectorised prediction to seed the acquisition optimiser."""
-ACQ_ITERS = 50
-"""Cap on the acquisition's L-BFGS-B iterations. From the best screened points it converges in 5-15
-on broad landscapes; on narrow ones (data converged around a peak, fitted lengthscale ~0.04) it
-stops at the cap, and the polish then takes half of a 1000-row round (0.38 of 0.75 s)."""
-KAPPA_MIN = 0.1
-"""Floor on UCB's exploration weight, where ``0.2 log(0.4 n)`` is negative or tiny (n < 3)."""
-VAR_FLOOR = 1e-12
-"""Posterior variances below this count as zero (std floored, its gradient dropped)."""
-GPY_LOGGERS = ("GP", "paramz")
-"""Loggers GPy and paramz write INFO lines to on every model built ("initializing Y", ...)."""
 PENDING = ("running", "picks")
 """The values of :attr:`PB2Settings.pending`."""
-
-
-Kernel = TimeVaryingSE | MixedKernel
 
 
 @dataclass
@@ -208,202 +174,6 @@ def unit_columns(rows: pd.DataFrame, space: Space) -> np.ndarray:
         values, index = np.unique(rows[name].to_numpy(float), return_inverse=True)
         columns.append(np.array([param.to_unit(v) if np.isfinite(v) else np.nan for v in values])[index])
     return np.column_stack(columns) if columns else np.zeros((len(rows), 0))
-
-
-@dataclass(frozen=True)
-class Scale:
-    """Affine map of one input onto ``[0, 1]`` by its observed range."""
-
-    low: float
-    span: float
-
-    @classmethod
-    def fit(cls, values: np.ndarray) -> Scale:
-        finite = values[np.isfinite(values)]
-        low, high = float(finite.min()), float(finite.max())
-        return cls(low, high - low if high > low else 1.0)
-
-    def __call__(self, values: np.ndarray | float) -> np.ndarray | float:
-        return (values - self.low) / self.span
-
-
-def standardise(y: np.ndarray) -> np.ndarray | None:
-    """Zero mean, unit spread, clipped to ``[-Y_CLIP, Y_CLIP]``; None when all values are equal."""
-    spread = float(np.std(y))
-    if not spread > 1e-12 * max(1.0, float(np.max(np.abs(y)))):
-        return None
-    return np.clip((y - np.mean(y)) / spread, -Y_CLIP, Y_CLIP)
-
-
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """Keep GPy's and paramz's prints, warnings, log lines and float alarms out of the user's terminal."""
-    loggers = [logging.getLogger(name) for name in GPY_LOGGERS]
-    levels = [log.level for log in loggers]
-    try:
-        for log in loggers:
-            log.setLevel(logging.ERROR)
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for log, level in zip(loggers, levels):
-            log.setLevel(level)
-
-
-def make_kernel(X: np.ndarray, n_cat: int) -> Kernel:
-    """A fresh kernel for inputs ``X``: the time-varying SE, or with ``n_cat`` category columns the
-    mixed kernel (both parts' variances starting at 1, so ``k(x, x)`` starts at 1 as ``lambda = 1/2``)."""
-    if n_cat:
-        return MixedKernel(n_cat, X.shape[1] - 2 - n_cat)
-    return TimeVaryingSE(X.shape[1], variance=SIGNAL_INIT)
-
-
-def fit_kernel(X: np.ndarray, y: np.ndarray, fixed_noise: float | None = None, n_cat: int = 0) -> tuple[Kernel, float]:
-    """Marginal-likelihood fit from a fixed start (no random restarts: decisions must replay).
-
-    ``n_cat``: category columns after ``(t, R_before)`` (the mixed kernel), 0 for none.
-    Returns the fitted kernel and the likelihood noise variance. Raises
-    ``LinAlgError`` or ``FloatingPointError`` when the fit fails or ends non-finite.
-    """
-    kernel = make_kernel(X, n_cat)
-    model = GPy.models.GPRegression(X, y[:, None], kernel, noise_var=fixed_noise or NOISE_INIT)
-    if fixed_noise is None:
-        model.Gaussian_noise.variance.constrain_bounded(*NOISE_BOUNDS, warning=False)
-    else:
-        model.Gaussian_noise.variance.fix(warning=False)
-    model.optimize("lbfgsb", max_iters=FIT_ITERS, bfgs_factor=FIT_FACTR)
-    noise = float(model.Gaussian_noise.variance.values[0])
-    if not (np.all(np.isfinite(kernel.param_array)) and math.isfinite(noise) and math.isfinite(model.log_likelihood())):
-        raise FloatingPointError(f"GP fit ended at non-finite values {kernel.param_array}, noise {noise}")
-    return kernel, noise
-
-
-def cholesky(A: np.ndarray) -> np.ndarray:
-    """Lower Cholesky factor of ``A``, adding jitter from :data:`JITTERS` until it is positive definite."""
-    scale = float(np.mean(np.diag(A)))
-    for jitter in JITTERS:
-        try:
-            return linalg.cholesky(A + jitter * scale * np.eye(len(A)) if jitter else A, lower=True)
-        except (linalg.LinAlgError, ValueError):
-            continue
-    raise linalg.LinAlgError(f"matrix not positive definite even with jitter {JITTERS[-1]} x mean diagonal")
-
-
-class Posterior:
-    """The GP conditioned on every window row, with the fitted kernel; predicts the latent ``f``."""
-
-    def __init__(self, kernel: Kernel, noise: float, X: np.ndarray, y: np.ndarray) -> None:
-        self.kernel, self.noise, self.X = kernel, noise, X
-        A = kernel.K(X)  # a fresh array (K scales a cached one), so ours to modify
-        A[np.diag_indices_from(A)] += noise
-        self.L = cholesky(A)  # Fortran order, as BLAS wants it
-        self.alpha = linalg.cho_solve((self.L, True), y, check_finite=False)
-
-    def whiten(self, rows: np.ndarray, transpose: bool = False) -> np.ndarray:
-        """Each row solved against ``L`` (``L^-1 row``), or against ``L'`` with ``transpose``; (m, n) -> (m, n).
-
-        One row (an optimiser step) goes through BLAS ``trsv``, many through ``trsm``:
-        no explicit inverse, and each about as fast as a matrix-vector product.
-        """
-        if len(rows) == 1:
-            return blas.dtrsv(self.L, rows[0], lower=1, trans=int(transpose))[None, :]
-        return blas.dtrsm(1.0, self.L, rows.T, lower=1, trans_a=int(transpose)).T
-
-
-class Acquisition:
-    """UCB at fixed ``(t, R_before[, categories])``: mean of the data GP plus ``kappa`` times the std of the
-    pending GP.
-
-    The pending GP is the data GP with the pending points added as observations,
-    each at its own ``(t, R_before[, categories])`` (its first ``q`` columns, ``q`` the
-    query's length). Its variance is computed exactly by conditioning the data GP's
-    posterior on those points, ``var - c (C + noise I)^-1 c'``, so the window is
-    never refactorised. Points are rows of the unit cube over the continuous
-    hyperparameters; with the first ``q`` columns fixed the kernel against a window
-    row is an offset plus a factor times a squared exponential in the rest
-    (:meth:`TimeVaryingSE.fixed_parts`), so one evaluation costs two triangular
-    solves with the window's Cholesky factor.
-    """
-
-    def __init__(self, posterior: Posterior, query: tuple[float, ...], pending: np.ndarray, kappa: float) -> None:
-        """``pending``: (k, q + d) rows of (scaled t, scaled R_before[, category codes], unit hyperparameters)."""
-        kernel, X = posterior.kernel, posterior.X
-        fixed = np.asarray(query, dtype=float)
-        q = len(fixed)
-        P = np.asarray(pending, dtype=float).reshape(len(pending), X.shape[1])  # (k, D)
-        self.post, self.kappa, self.pending = posterior, kappa, P[:, q:]
-        self.lengthscale = kernel.free_lengthscale
-        self.prior_var = float(kernel.Kdiag(X[:1])[0])  # k(z, z), the same for every z
-        self.H = X[:, q:]  # (n, d)
-        self.offset, self.factor = kernel.fixed_parts(fixed, X)  # (n,), (n,)
-        self.offset_p, self.factor_p = kernel.fixed_parts(fixed, P)  # each pending point's own columns
-        self.v_xp = posterior.whiten(kernel.K(P, X)).T  # (n, k)
-        cov = kernel.K(P) - self.v_xp.T @ self.v_xp + posterior.noise * np.eye(len(P))
-        self.cov_inv = linalg.cho_solve((cholesky(cov), True), np.eye(len(P))) if len(P) else cov
-
-    def __call__(self, unit: np.ndarray, gradient: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-        """UCB at the rows of ``unit`` (m, d), and its gradient (m, d) if asked."""
-        post = self.post
-        se_zx = self.factor * np.exp(-sq_dist(unit, self.H) / self.lengthscale)  # (m, n): the part that moves
-        k_zx = self.offset + se_zx
-        v_zx = post.whiten(k_zx)  # (m, n)
-        se_zp = self.factor_p * np.exp(-sq_dist(unit, self.pending) / self.lengthscale)  # (m, k)
-        k_zp = self.offset_p + se_zp
-        c = k_zp - v_zx @ self.v_xp  # data-posterior covariance with the pending points
-        b = c @ self.cov_inv
-        var = self.prior_var - np.sum(v_zx * v_zx, 1) - np.sum(b * c, 1)
-        std = np.sqrt(np.maximum(var, VAR_FLOOR))
-        ucb = k_zx @ post.alpha + self.kappa * std
-        if not gradient:
-            return ucb, None
-        # d std = d var / (2 std); d var = -2 (K + noise I)^-1 (k_zx - k_xp b) . dk_zx - 2 b . dk_zp
-        # (through c), and (K + noise I)^-1 = L^-T L^-1.
-        coef = np.where(var > VAR_FLOOR, self.kappa / std, 0.0)[:, None]
-        weights_x = (post.alpha[None, :] - coef * post.whiten(v_zx - b @ self.v_xp.T, transpose=True)) * se_zx
-        grad = se_gradient(weights_x, unit, self.H, self.lengthscale)
-        grad += se_gradient(-coef * b * se_zp, unit, self.pending, self.lengthscale)
-        return ucb, grad
-
-
-def kappa(n: int) -> float:
-    """UCB weight ``sqrt(0.2 log(0.4 n))`` (the paper's schedule), floored at :data:`KAPPA_MIN`."""
-    return math.sqrt(max(0.2 * math.log(0.4 * max(n, 1)), KAPPA_MIN**2))
-
-
-def maximise(acquisition: Acquisition, d: int, restarts: int, rng: np.random.Generator,
-             seeds: np.ndarray | None = None) -> np.ndarray:
-    """Best point of ``[0, 1]^d``: screen random points at once, polish the best ``restarts`` with L-BFGS-B.
-
-    ``seeds`` (the donor's config, the running members') are polished too and stay
-    finalists, so the pick's acquisition is never below theirs. Random starts alone
-    miss a narrow high region: in 4 dimensions few of them land near the data, and
-    they climb to a corner where only the variance is high. On 1000-row histories
-    that had converged around a peak, 3 picks in 4 were such corners, below the
-    acquisition at the donor's own config (1 in 8 on broader histories).
-
-    The starts are polished together, by one L-BFGS-B run on the sum of their
-    acquisition values. The sum separates, so its optimum holds each start's own
-    local optimum, and each step is one vectorised evaluation of all starts rather
-    than a Python round trip per start (3-5x faster at 10 starts; on our histories it
-    found the same maximum as 40 independent runs from a 1024-point screen).
-    """
-    candidates = rng.uniform(size=(SCREEN, d))
-    values, _ = acquisition(candidates)
-    starts = candidates[np.argsort(-values, kind="stable")[:restarts]]
-    if seeds is not None and len(seeds):
-        starts = np.vstack([starts, np.clip(seeds, 0.0, 1.0)])
-
-    def negative_sum(flat: np.ndarray) -> tuple[float, np.ndarray]:
-        value, grad = acquisition(flat.reshape(starts.shape), gradient=True)
-        return -float(np.sum(value)), -grad.ravel()
-
-    result = minimize(negative_sum, starts.ravel(), jac=True, method="L-BFGS-B",
-                      bounds=[(0.0, 1.0)] * starts.size, options={"maxiter": ACQ_ITERS})
-    # A joint step may trade one start's value for the sum's: keep the screened starts in the running.
-    finalists = np.vstack([np.clip(result.x.reshape(starts.shape), 0.0, 1.0), starts])
-    values, _ = acquisition(finalists)
-    return finalists[int(np.argmax(np.where(np.isfinite(values), values, -np.inf)))]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,147 @@
+"""PB2's Gaussian process: the marginal-likelihood fit and the posterior it conditions on the window.
+
+The targets are improvement rates, standardised and clipped (:func:`standardise`);
+the inputs ``(t, R_before[, categories], continuous hyperparameters)``, ``t`` and
+``R_before`` scaled by their observed range (:class:`Scale`). The kernel
+(:mod:`pbx.strategies.kernels`) is fit on the most recent rows from a fixed start,
+so a resumed run refits the same GP (:func:`fit_kernel`); the posterior then
+conditions on the whole window with one Cholesky factorisation
+(:class:`Posterior`), which the acquisition (:mod:`pbx.strategies.acquisition`)
+reads at every step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Iterator
+
+import GPy
+import numpy as np
+from scipy import linalg
+from scipy.linalg import blas
+
+from pbx.strategies.kernels import MixedKernel, TimeVaryingSE
+
+Y_CLIP = 2.0
+"""Standardised improvement rates are clipped to ``[-Y_CLIP, Y_CLIP]`` (the paper's outlier guard)."""
+SIGNAL_INIT, NOISE_INIT, NOISE_BOUNDS = 0.5, 0.5, (1e-4, 10.0)
+"""Kernel variance and likelihood noise on the standardised (unit-variance) targets: both start
+at half, and the noise stays above a floor that keeps the window's kernel matrix well conditioned."""
+FALLBACK_NOISE = 0.1
+"""Fixed noise of the second fit attempt, after the free fit failed: large jitter, never singular."""
+FIT_ITERS, FIT_FACTR = 30, 1e10
+"""Marginal-likelihood optimiser: cap on evaluations, and L-BFGS-B's stopping factor (relative
+change in the objective of about 2e-6; the hyperparameters barely move past it)."""
+JITTERS = (0.0, 1e-8, 1e-6, 1e-4, 1e-2)
+"""Jitter ladder for the posterior's Cholesky, relative to the mean of the diagonal."""
+GPY_LOGGERS = ("GP", "paramz")
+"""Loggers GPy and paramz write INFO lines to on every model built ("initializing Y", ...)."""
+
+
+Kernel = TimeVaryingSE | MixedKernel
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Affine map of one input onto ``[0, 1]`` by its observed range."""
+
+    low: float
+    span: float
+
+    @classmethod
+    def fit(cls, values: np.ndarray) -> Scale:
+        finite = values[np.isfinite(values)]
+        low, high = float(finite.min()), float(finite.max())
+        return cls(low, high - low if high > low else 1.0)
+
+    def __call__(self, values: np.ndarray | float) -> np.ndarray | float:
+        return (values - self.low) / self.span
+
+
+def standardise(y: np.ndarray) -> np.ndarray | None:
+    """Zero mean, unit spread, clipped to ``[-Y_CLIP, Y_CLIP]``; None when all values are equal."""
+    spread = float(np.std(y))
+    if not spread > 1e-12 * max(1.0, float(np.max(np.abs(y)))):
+        return None
+    return np.clip((y - np.mean(y)) / spread, -Y_CLIP, Y_CLIP)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Keep GPy's and paramz's prints, warnings, log lines and float alarms out of the user's terminal."""
+    loggers = [logging.getLogger(name) for name in GPY_LOGGERS]
+    levels = [log.level for log in loggers]
+    try:
+        for log in loggers:
+            log.setLevel(logging.ERROR)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for log, level in zip(loggers, levels):
+            log.setLevel(level)
+
+
+def make_kernel(X: np.ndarray, n_cat: int) -> Kernel:
+    """A fresh kernel for inputs ``X``: the time-varying SE, or with ``n_cat`` category columns the
+    mixed kernel (both parts' variances starting at 1, so ``k(x, x)`` starts at 1 as ``lambda = 1/2``)."""
+    if n_cat:
+        return MixedKernel(n_cat, X.shape[1] - 2 - n_cat)
+    return TimeVaryingSE(X.shape[1], variance=SIGNAL_INIT)
+
+
+def fit_kernel(X: np.ndarray, y: np.ndarray, fixed_noise: float | None = None, n_cat: int = 0) -> tuple[Kernel, float]:
+    """Marginal-likelihood fit from a fixed start (no random restarts: decisions must replay).
+
+    ``n_cat``: category columns after ``(t, R_before)`` (the mixed kernel), 0 for none.
+    Returns the fitted kernel and the likelihood noise variance. Raises
+    ``LinAlgError`` or ``FloatingPointError`` when the fit fails or ends non-finite.
+    """
+    kernel = make_kernel(X, n_cat)
+    model = GPy.models.GPRegression(X, y[:, None], kernel, noise_var=fixed_noise or NOISE_INIT)
+    if fixed_noise is None:
+        model.Gaussian_noise.variance.constrain_bounded(*NOISE_BOUNDS, warning=False)
+    else:
+        model.Gaussian_noise.variance.fix(warning=False)
+    model.optimize("lbfgsb", max_iters=FIT_ITERS, bfgs_factor=FIT_FACTR)
+    noise = float(model.Gaussian_noise.variance.values[0])
+    if not (np.all(np.isfinite(kernel.param_array)) and math.isfinite(noise) and math.isfinite(model.log_likelihood())):
+        raise FloatingPointError(f"GP fit ended at non-finite values {kernel.param_array}, noise {noise}")
+    return kernel, noise
+
+
+def cholesky(A: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factor of ``A``, adding jitter from :data:`JITTERS` until it is positive definite."""
+    scale = float(np.mean(np.diag(A)))
+    for jitter in JITTERS:
+        try:
+            return linalg.cholesky(A + jitter * scale * np.eye(len(A)) if jitter else A, lower=True)
+        except (linalg.LinAlgError, ValueError):
+            continue
+    raise linalg.LinAlgError(f"matrix not positive definite even with jitter {JITTERS[-1]} x mean diagonal")
+
+
+class Posterior:
+    """The GP conditioned on every window row, with the fitted kernel; predicts the latent ``f``."""
+
+    def __init__(self, kernel: Kernel, noise: float, X: np.ndarray, y: np.ndarray) -> None:
+        self.kernel, self.noise, self.X = kernel, noise, X
+        A = kernel.K(X)  # a fresh array (K scales a cached one), so ours to modify
+        A[np.diag_indices_from(A)] += noise
+        self.L = cholesky(A)  # Fortran order, as BLAS wants it
+        self.alpha = linalg.cho_solve((self.L, True), y, check_finite=False)
+
+    def whiten(self, rows: np.ndarray, transpose: bool = False) -> np.ndarray:
+        """Each row solved against ``L`` (``L^-1 row``), or against ``L'`` with ``transpose``; (m, n) -> (m, n).
+
+        One row (an optimiser step) goes through BLAS ``trsv``, many through ``trsm``:
+        no explicit inverse, and each about as fast as a matrix-vector product.
+        """
+        if len(rows) == 1:
+            return blas.dtrsv(self.L, rows[0], lower=1, trans=int(transpose))[None, :]
+        return blas.dtrsm(1.0, self.L, rows.T, lower=1, trans_a=int(transpose)).T
