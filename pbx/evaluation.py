@@ -30,7 +30,7 @@ from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.history import last_round_row
 from pbx.members import MemberContext
-from pbx.report import load_run
+from pbx.reporting.runs import load_run
 from pbx.rollout import Played
 from pbx.run_dir import RunDir
 from pbx.runners.common import member_seed

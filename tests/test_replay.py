@@ -15,7 +15,7 @@ from pbx import replay, train
 from pbx.config import resolve
 from pbx.errors import UsageError
 from pbx.history import read_csv
-from pbx.report import load_run, strategy_labels
+from pbx.reporting import load_run, run_labels
 from pbx.run_dir import RunDir
 from pbx.runners.loop import RoundLoop
 from pbx.runners.sync import SyncRunner
@@ -64,7 +64,7 @@ def test_toy_replay_repeats_the_lineage_bit_for_bit_and_the_report_labels_it(tmp
     assert [point["steps"] for point in config["strategy"]["schedule"]] == \
         [0, *(ours["steps"].shift()[ours["explored"]].astype(int))]
     runs = [load_run(tmp_path / name) for name in ("pbt", "replay", "none")]
-    assert strategy_labels(runs) == ["PBT", "replay", "none"]
+    assert run_labels(runs) == ["PBT", "replay", "none"]
 
 
 def test_a_stopped_replay_resumes_to_the_uninterrupted_history(tmp_path, monkeypatch, capsys) -> None:

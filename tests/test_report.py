@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from pbx.history import History, HistoryLog, Row, best_rows
-from pbx.report import LAST_K, default_out, headline, load_run, main, strategy_labels, write_comparison
+from pbx.report import main
+from pbx.reporting import LAST_K, default_out, headline, load_run, run_labels
 from pbx.space import Categorical, Continuous, Space
 
 from conftest import run_toy
@@ -123,7 +124,7 @@ def written(runs: dict[Path, list[Row]]) -> list[str]:
     """The report over all six runs, run once, with the paths it printed."""
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        assert main([str(path) for path in runs]) == 0
+        assert main([str(path) for path in runs] + ["--reps", "100"]) == 0
     return stdout.getvalue().splitlines()
 
 
@@ -196,9 +197,10 @@ def test_comparison_groups_by_strategy_and_selection(tmp_path: Path) -> None:
     make_run(tmp_path / "b", "PBT", 1, selection="wta")
     make_run(tmp_path / "c", "PBT", 2, selection="wta")
     runs = [load_run(tmp_path / name) for name in "abc"]
-    assert strategy_labels(runs) == ["PBT (truncation)", "PBT (wta)", "PBT (wta)"]
-    assert strategy_labels(runs[1:]) == ["PBT", "PBT"]
-    write_comparison(runs, tmp_path / "results")
+    assert run_labels(runs) == ["PBT (truncation)", "PBT (wta)", "PBT (wta)"]
+    assert run_labels(runs[1:]) == ["PBT", "PBT"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main([str(tmp_path / name) for name in "abc"] + ["--out", str(tmp_path / "results"), "--reps", "20"]) == 0
     table = (tmp_path / "results" / "comparison.md").read_text()
     assert table_row(table, "PBT (truncation)")[1] == "1"
     assert table_row(table, "PBT (wta)")[1] == "2"
@@ -223,7 +225,7 @@ def test_bad_input_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixtu
         (str(tmp_path / "missing"),): "no such run folder",
         (str(tmp_path / "empty"),): "no config.yaml or history.csv",
         (str(tmp_path / "bad"),): "not valid YAML",
-        (str(tmp_path / "toy"), str(tmp_path / "bigfish")): "different envs",
+        (str(tmp_path / "toy"), str(tmp_path / "bigfish")): "need normalisation ranges",
         (str(tmp_path / "toy"), str(tmp_path / "toy")): "more than once",
         (str(tmp_path / "toy"), "--last-k", "0"): "--last-k must be at least 1, got 0",
     }

@@ -15,8 +15,9 @@ import yaml
 from rliable import library as rly
 from rliable import metrics
 
-from pbx import stats
-from pbx.report import interval_text, load_sweep, main, statistics
+from pbx.report import main
+from pbx.reporting import stats
+from pbx.reporting.tables import interval_text
 
 from conftest import run_toy
 
@@ -54,8 +55,9 @@ def table_row(markdown: str, label: str) -> list[str]:
     return [cell.strip() for cell in line.strip("|").split("|")]
 
 
-def cell(point: float, low: float, high: float) -> str:
-    return interval_text(point, low, high)
+def cell(point: float, low: float, high: float, runs: int = len(SEEDS)) -> str:
+    """A table cell: the estimate, its interval and the runs it rests on."""
+    return f"{interval_text(point, low, high)} (n={runs})"
 
 
 def test_interval_text_shows_the_digits_that_tell_the_numbers_apart() -> None:
@@ -96,27 +98,28 @@ def scores_of(sweep: Path, variant: str, column: int) -> np.ndarray:
 
 def test_iqm_and_cis_match_rliable_called_directly(sweep: Path, reported: tuple[list[str], str]) -> None:
     table = (sweep / "report" / "statistics.md").read_text()
-    summaries = statistics(load_sweep(sweep).groups, "none", REPS)
+    summaries = [stats.summarize({v: scores_of(sweep, v, column) for v in VARIANTS}, "none", reps=REPS)
+                 for column in (0, 1)]
     for variant in VARIANTS:
         cells = table_row(table, variant)
         assert cells[1] == "3"  # the half-done seed 3 is left out
-        for column, key, first in ((0, "train", 2), (1, "test", 5)):
+        for column, first in ((0, 2), (1, 5)):
             point, interval = rliable_aggregates(scores_of(sweep, variant, column))
-            iqm, mean = summaries[key].iqm[variant], summaries[key].mean[variant]
+            iqm, mean = (summaries[column].aggregates[name][variant] for name in ("IQM", "mean"))
             assert [iqm.value, iqm.low, iqm.high] == pytest.approx([point[0], *interval[:, 0]], rel=1e-12)
             assert [mean.value, mean.low, mean.high] == pytest.approx([point[1], *interval[:, 1]], rel=1e-12)
             assert cells[first:first + 2] == [cell(point[0], *interval[:, 0]), cell(point[1], *interval[:, 1])]
     # the CIs are real intervals: PBT's seeds differ, so its IQM interval has width
-    assert summaries["train"].iqm["PBT"].high > summaries["train"].iqm["PBT"].low
+    assert summaries[0].aggregates["IQM"]["PBT"].high > summaries[0].aggregates["IQM"]["PBT"].low
     assert table_row(table, "none")[4] == "baseline"
 
 
 def test_probability_of_improvement_matches_rliable(sweep: Path, reported: tuple[list[str], str]) -> None:
     table = (sweep / "report" / "statistics.md").read_text()
-    summaries = statistics(load_sweep(sweep).groups, "none", REPS)
+    summary = stats.summarize({v: scores_of(sweep, v, 0) for v in VARIANTS}, "none", reps=REPS)
     for variant in ("PBT", "PB2"):
         point, interval = rliable_improvement(scores_of(sweep, variant, 0), scores_of(sweep, "none", 0))
-        est = summaries["train"].improvement[variant]
+        est = summary.improvement[variant]
         assert 0 <= est.low <= est.value <= est.high <= 1
         assert [est.value, est.low, est.high] == pytest.approx([point, *interval], rel=1e-12)
         assert table_row(table, variant)[4] == cell(point, *interval)
@@ -127,11 +130,11 @@ def test_statistics_on_overlapping_scores_equal_rliables_own() -> None:
     one array operation: probability of improvement, performance profile, IQM learning curve."""
     rng = np.random.default_rng(0)
     scores = {"a": rng.normal(0, 1, (6, 1)), "b": rng.normal(0.5, 1, (5, 1)), "c": rng.normal(0, 1, (2, 1))}
-    summary = stats.summarize(scores, "a", REPS)
+    summary = stats.summarize(scores, "a", reps=REPS)
     point, interval = rliable_improvement(scores["b"], scores["a"])
     est = summary.improvement["b"]
     assert 0 < point < 1 and [est.value, est.low, est.high] == pytest.approx([point, *interval], rel=1e-12)
-    assert not summary.improvement["c"].has_interval and not summary.iqm["c"].has_interval  # 2 runs: no CI
+    assert not summary.improvement["c"].has_interval and not summary.aggregates["IQM"]["c"].has_interval  # 2 runs
     np.random.seed(stats.SEED)
     profile, cis = rly.create_performance_profile({"b": scores["b"]}, summary.taus, reps=REPS)
     assert summary.profiles["b"] == pytest.approx(profile["b"]) and summary.profile_cis["b"] == pytest.approx(cis["b"])
@@ -141,7 +144,7 @@ def test_statistics_on_overlapping_scores_equal_rliables_own() -> None:
     frames = range(curves.shape[-1])
     point, interval = rly.get_interval_estimates(
         {"x": curves[:, None, :]}, lambda s: np.array([metrics.aggregate_iqm(s[..., f]) for f in frames]), reps=REPS)
-    assert np.concatenate(stats.curve(curves, REPS)) == pytest.approx(np.concatenate([point["x"], *interval["x"]]))
+    assert np.concatenate(stats.curve(curves[:, None, :], REPS)) == pytest.approx(np.concatenate([point["x"], *interval["x"]]))
 
 
 def test_tables_and_figures_are_written(sweep: Path, reported: tuple[list[str], str]) -> None:
@@ -156,11 +159,11 @@ def test_tables_and_figures_are_written(sweep: Path, reported: tuple[list[str], 
         image = matplotlib.image.imread(out / name)
         assert image.shape[1] > 800 and image[..., :3].std() > 0.05
     tex = (out / "statistics.tex").read_text()
-    for command in ("\\begin{tabular}{lrcccccc}", "\\toprule", "\\midrule", "\\bottomrule", "P($>$ none)"):
+    for command in ("\\begin{tabular}{llcccccc}", "\\toprule", "\\midrule", "\\bottomrule", "P($>$ none)"):
         assert command in tex
     md = (out / "statistics.md").read_text()
     pbt = table_row(md, "PBT")
-    assert tex.count(" \\\\\n") == 2 + len(VARIANTS) and f"PBT & 3 & {pbt[2]} & {pbt[3]} & {pbt[4]}" in tex
+    assert tex.count(" \\\\\n") == 2 * (2 + len(VARIANTS)) and f"PBT & 3 & {pbt[2]} & {pbt[3]} & {pbt[4]}" in tex
     assert "interquartile mean" in md and "stratified bootstrap" in md and f"{REPS} resamples" in md
     assert not (sweep / "PBT" / "seed0" / "report").exists()  # a sweep's runs get no report of their own
 
@@ -180,11 +183,11 @@ def test_few_runs_get_no_ci_and_missing_test_scores_say_na(sweep: Path, tmp_path
     with contextlib.redirect_stdout(io.StringIO()):
         assert main([*map(str, runs), "--out", str(tmp_path / "out"), "--reps", "50"]) == 0
     table = (tmp_path / "out" / "statistics.md").read_text()
-    assert table_row(table, "strategy")[4] == "final train score: P(> none) [95% CI]"
+    assert table_row(table, "strategy")[4] == "train: P(> none) [95% CI]"
     pbt, none = table_row(table, "PBT"), table_row(table, "none")
     assert pbt[2].endswith("(n=2, no CI)") and pbt[4].endswith("(n=2, no CI)")
     assert none[5:] == ["n/a", "n/a", "baseline"] and pbt[7] == "n/a"  # no baseline test score to compare with
-    assert "nan" not in table.lower().replace("mann", "")
+    assert "nan" not in "".join(line for line in table.splitlines() if line.startswith("|")).lower()
 
 
 def test_bad_input_is_one_line_error(sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -198,7 +201,7 @@ def test_bad_input_is_one_line_error(sweep: Path, tmp_path: Path, capsys: pytest
         (str(lacking),): f"{lacking / 'PB2'}: no finished run of variant 'PB2'",
         (str(sweep), "--baseline", "PBX"): "--baseline 'PBX' is not among the strategies (none, PBT, PB2)",
         (str(sweep), "--reps", "0"): "--reps must be at least 1, got 0",
-        (str(sweep), str(lacking)): "a sweep folder is reported on its own",
+        (str(sweep), str(sweep / "PBT" / "seed0")): "sweep folders are reported together, not beside run folders",
     }
     for args, message in cases.items():
         assert main([*args, "--out", str(tmp_path / "out")]) == 2

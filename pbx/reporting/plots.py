@@ -1,7 +1,7 @@
-"""Figures for :mod:`pbx.report`: member curves with their exploit lineage, and strategy comparisons.
+"""Figures for :mod:`pbx.reporting`: member curves with their exploit lineage, and strategy comparisons.
 
 This module only draws; reading runs and choosing which member counts as the
-best is :mod:`pbx.report`'s job. Figures are meant for papers: axes labelled in
+best is the rest of :mod:`pbx.reporting`'s job. Figures are meant for papers: axes labelled in
 env steps, titles naming env and strategy, legends outside the data, 150 dpi
 PNG. Each figure is a bare :class:`~matplotlib.figure.Figure` on an Agg canvas,
 so nothing needs a display and no pyplot state leaks between figures.
@@ -30,7 +30,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter
 
 from pbx.space import Continuous, Param, Space
-from pbx.stats import Estimate
+from pbx.reporting.stats import Estimate
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # seaborn, imported by rliable's plots, warns about its own dependencies

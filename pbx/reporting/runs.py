@@ -1,0 +1,187 @@
+"""Reading what a report is made of: run folders and sweep folders, checked before anything is written.
+
+Everything comes from ``config.yaml`` and ``history.csv``, so a report can be made
+while a run is still going (a partly written last round is left out). Which rows
+are results is decided in one place, :func:`result_rows`: a population may hold
+members whose scores are not results (FIRE-PBT's evaluators), and every score a
+report shows, the best member included, is taken from the result rows only.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pbx.config import RunSettings, build
+from pbx.errors import UsageError
+from pbx.history import complete_rounds, read_csv
+from pbx.run_dir import RunDir
+from pbx.space import Categorical, Space
+from pbx.yaml_files import read_yaml
+
+SWEEP_FILE = "sweep.yaml"
+ROLE_COLUMN = "role"
+"""The history column that says what a member is for, where a strategy gives members different roles."""
+NOT_RESULTS = frozenset({"evaluator"})
+"""Roles whose scores are not results (FIRE-PBT's evaluators train other members' hyperparameters)."""
+
+
+def result_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose scores are results: all of them, unless the history has a :data:`ROLE_COLUMN`, where
+    the rows of :data:`NOT_RESULTS` roles are left out."""
+    if ROLE_COLUMN not in frame.columns:
+        return frame
+    return frame[~frame[ROLE_COLUMN].astype(str).isin(NOT_RESULTS)]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run folder: its resolved config, search space and complete rounds of history."""
+
+    path: Path
+    config: dict[str, Any]
+    space: Space
+    frame: pd.DataFrame
+    """Every member's rows (the per-run plots draw the whole population)."""
+
+    @property
+    def results(self) -> pd.DataFrame:
+        """The rows whose scores are results (:func:`result_rows`)."""
+        return result_rows(self.frame)
+
+    @property
+    def name(self) -> str:
+        return str(self.config["run"].get("name") or self.path.name)
+
+    @property
+    def env(self) -> str:
+        return str(self.config["run"]["env"])
+
+    @property
+    def seed(self) -> int:
+        return int(self.config["run"].get("seed", 0))
+
+    @property
+    def search(self) -> str:
+        return str(self.config["run"]["search"])
+
+    @property
+    def selection(self) -> str:
+        return str(self.config["run"].get("selection", "truncation"))
+
+    @property
+    def strategy(self) -> str:
+        """``search``, with its ``cat_exp`` unless that is the default ``random`` (``PB2 exp3_dep``): PB2-Rand,
+        PB2-Mult and PB2-Mix are different strategies in a comparison."""
+        cat_exp = (self.config.get("strategy") or {}).get("cat_exp", "random")
+        return self.search if cat_exp == "random" else f"{self.search} {cat_exp}"
+
+    @property
+    def member(self) -> dict[str, Any]:
+        return self.config.get("member") or {}
+
+    @property
+    def finished(self) -> bool:
+        """Whether the history holds every planned round."""
+        planned = build(RunSettings, self.config["run"]).rounds
+        return not self.frame.empty and int(self.frame["round"].max()) + 1 >= planned
+
+
+def load_run(path: Path) -> Run:
+    """Read a run folder; anything that makes it unreadable is a :class:`UsageError` naming the file."""
+    run = read_run(path)
+    if run.frame.empty:
+        raise UsageError(f"{RunDir(path).history}: no finished round yet, nothing to report")
+    return run
+
+
+def read_run(path: Path) -> Run:
+    """:func:`load_run`, but a run with no complete round yet is returned (with an empty frame)."""
+    folder = RunDir(path)
+    if not path.is_dir():
+        raise UsageError(f"{path}: no such run folder")
+    missing = [f.name for f in (folder.config, folder.history) if not f.is_file()]
+    if missing:
+        sweep = "" if folder.config.is_file() else f" nor a sweep folder (no {SWEEP_FILE})"
+        raise UsageError(f"{path}: not a pbx run folder (no {' or '.join(missing)}){sweep}")
+    config = _read_config(folder.config)
+    space = Space.from_dict(config["space"], source=f"{folder.config}: space")
+    frame = complete_rounds(read_csv(folder.history, space), config["run"].get("pop_size"), str(folder.history))
+    _check_columns(frame, space, folder.history)
+    return Run(path, config, space, frame)
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    config = read_yaml(path, "run config")
+    if not isinstance(config, dict) or not isinstance(config.get("run"), dict) or "space" not in config:
+        raise UsageError(f"{path}: not a pbx run config (needs a 'run' mapping and a 'space')")
+    absent = [key for key in ("env", "search") if key not in config["run"]]
+    if absent:
+        raise UsageError(f"{path}: 'run' has no {' or '.join(absent)}")
+    return config
+
+
+def _check_columns(frame: pd.DataFrame, space: Space, path: Path) -> None:
+    absent = [name for name in space.names if name not in frame.columns]
+    if absent:
+        raise UsageError(f"{path}: no column for hyperparameter(s) {absent} of the run's space")
+    for name, param in space.params.items():
+        if not isinstance(param, Categorical):
+            continue
+        choices = {str(c) for c in param.choices}
+        unknown = sorted({str(v) for v in frame[name]} - choices)
+        if unknown:
+            raise UsageError(f"{path}: {name} takes values {unknown} outside its choices {sorted(choices)}")
+
+
+@dataclass(frozen=True)
+class SweepRuns:
+    """A sweep folder's finished runs with their variant names (in the sweep's order), and its baseline."""
+
+    runs: list[Run]
+    variants: list[str]
+    """Each run's variant, aligned with ``runs``."""
+    settings: dict[str, dict[str, Any]]
+    """Each variant's swept settings (``{"env": "coinrun", "search": "PBT"}``)."""
+    baseline: str | None
+
+
+def load_sweep(path: Path) -> SweepRuns:
+    """Read ``SWEEP/sweep.yaml`` and the finished runs ``SWEEP/<variant>/seed<k>/`` of its variants and seeds.
+
+    Runs not started or not finished are left out with a note (a report made while
+    the sweep goes on compares the seeds done); a variant with no finished run is an
+    error, since the sweep names it and the comparison would silently lack it.
+    """
+    file = path / SWEEP_FILE
+    record = read_yaml(file, "sweep file")
+    if not isinstance(record, dict) or not isinstance(record.get("variants"), list) \
+            or not isinstance(record.get("seeds"), list):
+        raise UsageError(f"{file}: not a pbx sweep (needs 'variants' and 'seeds' lists)")
+    variants = record["variants"]
+    names = [variant.get("name") if isinstance(variant, dict) else None for variant in variants]
+    if not names or not all(isinstance(name, str) and name for name in names):
+        raise UsageError(f"{file}: 'variants' must be a non-empty list of mappings with a 'name'")
+    baseline = record.get("baseline")
+    if baseline is not None and baseline not in names:
+        raise UsageError(f"{file}: baseline {baseline!r} is not one of its variants ({', '.join(names)})")
+    runs, labels = [], []
+    for name in names:
+        finished = []
+        for seed in record["seeds"]:
+            folder = path / name / f"seed{seed}"
+            run = read_run(folder) if RunDir(folder).config.is_file() else None
+            if run is not None and run.finished:
+                finished.append(run)
+            else:
+                print(f"note: leaving out {folder}: {'not finished' if run else 'not started'}", file=sys.stderr)
+        if not finished:
+            raise UsageError(f"{path / name}: no finished run of variant {name!r} (seeds {record['seeds']})")
+        runs += finished
+        labels += [name] * len(finished)
+    settings = {name: dict(variant.get("settings") or {}) for name, variant in zip(names, variants)}
+    return SweepRuns(runs, labels, settings, baseline)

@@ -1,0 +1,93 @@
+"""What a run scored: its headline numbers, and the one score statistics are computed on (``--score``).
+
+The *best member* of a round is the one with the best train score (NaN ranks
+last, ties go to the lowest member id: :func:`pbx.history.rank_best_first`).
+Test scores are those of that member: the test set never selects. Each run has
+three headline numbers, each as (train, test), and every statistic can be
+computed on any of them (:data:`SCORES`):
+
+- ``best``: the best member's scores in the last round (the papers' choice);
+- ``population``: the mean over all members in the last round;
+- ``last-k``: the mean of the best member's scores over the last k rounds.
+
+Only the rows whose scores are results count (:func:`pbx.reporting.runs.result_rows`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from pbx.history import best_rows
+from pbx.reporting.runs import Run
+
+LAST_K = 5
+"""Rounds averaged by the "last k" headline number: 5 smooths a lucky round yet stays near the end."""
+SCORES = ("best", "population", "last-k")
+"""The run scores ``--score`` picks among; the first is the default."""
+FINAL_SCORE_NOTE = (
+    "Best member (the final score): the train score of the member with the best train score in the last "
+    "round, and that same member's test score (no selection on the test set); a maximum over noisy scores, "
+    "so it overstates, and for a baseline it is the best of its seeds. Population mean: the mean over all "
+    "members in the last round (for a baseline, the mean over its seeds): the like-for-like number between "
+    "a baseline and a tuned population. Last k: the best-on-train member of each of the last k rounds "
+    "(fewer if the run is shorter), its scores averaged over those rounds. NaN scores (no finished episode, "
+    "a diverged member, a round without a test) are left out of the means."
+)
+
+
+def score_title(kind: str, k: int = LAST_K) -> str:
+    """How a table names the run score ``kind`` (one of :data:`SCORES`)."""
+    return {"best": "best member's final score", "population": "population mean in the last round",
+            "last-k": f"best member's mean over the last {k} rounds"}[kind]
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A run's headline numbers (see :data:`FINAL_SCORE_NOTE`), each as (train, test)."""
+
+    best: tuple[float, float]
+    population: tuple[float, float]
+    last_k: tuple[float, float]
+    k: int
+
+    def of(self, kind: str) -> tuple[float, float]:
+        """The (train, test) pair of the run score ``kind`` (one of :data:`SCORES`)."""
+        return {"best": self.best, "population": self.population, "last-k": self.last_k}[kind]
+
+
+def headline(run: Run, k: int = LAST_K) -> Headline:
+    """The run's final score, last-round population mean and last-``k`` mean of the best member."""
+    frame = run.results
+    last = frame[frame["round"] == frame["round"].max()]
+    best = best_rows(frame).tail(k)
+    final = best.iloc[-1]
+    return Headline((float(final["score"]), float(final["test_score"])),
+                    (nanmean(last["score"]), nanmean(last["test_score"])),
+                    (nanmean(best["score"]), nanmean(best["test_score"])), len(best))
+
+
+def run_score(run: Run, kind: str, k: int = LAST_K) -> tuple[float, float]:
+    """The run's (train, test) score of ``kind`` (one of :data:`SCORES`)."""
+    return headline(run, k).of(kind)
+
+
+def score_curve(run: Run, kind: str, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, value) per round of the score ``kind`` follows over a run: the population mean of ``column``
+    for ``population``, else the best member's; rounds where it is NaN are left out."""
+    frame = run.results
+    if kind == "population":
+        per_round = frame.groupby("round").agg(steps=("steps", "max"), value=(column, nanmean))
+    else:
+        per_round = best_rows(frame).rename(columns={column: "value"})
+    per_round = per_round[per_round["value"].notna()]
+    return per_round["steps"].to_numpy(float), per_round["value"].to_numpy(float)
+
+
+def nanmean(values: pd.Series) -> float:
+    """The mean of the finite values, NaN when there are none (no warning, unlike ``np.nanmean``)."""
+    finite = values.to_numpy(float)
+    finite = finite[np.isfinite(finite)]
+    return float(finite.mean()) if len(finite) else float("nan")
