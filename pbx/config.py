@@ -35,8 +35,8 @@ from pbx.fingerprint import PROVENANCE, provenance
 from pbx.yaml_files import read_yaml
 from pbx.members import Member, MemberSettings, member_class, space_file
 from pbx.space import Space
-from pbx.strategies import (ExploitExplore, RunContext, Strategy, StrategySettings, canonical_search, make_selection,
-                            strategy_class)
+from pbx.strategies import (ExploitExplore, ExploitRules, RunContext, Selection, Strategy, StrategySettings,
+                            canonical_search, make_selection, strategy_class)
 from pbx.strategies.categorical import BANDITS, CAT_EXPS, canonical_cat_exp
 
 SEARCH_SPACES = Path(__file__).resolve().parent / "search_spaces"
@@ -53,14 +53,26 @@ class RunSettings:
     """Settings every run has (the ``run`` section)."""
 
     env: str = "bigfish"
-    """``toy``, ``toy-cat`` (the toy with a categorical optimiser), a ProcGen game (``bigfish``) or a
-    gymnasium id (``CartPole-v1``)."""
+    """``toy``, ``toy-cat`` (the toy with a categorical optimiser), ``toy-deceptive``, a ProcGen game
+    (``bigfish``) or a gymnasium id (``CartPole-v1``)."""
     search: str = "PBT"
-    """Strategy: ``none``, ``random``, ``PBT`` or ``PB2`` (``replay``: a stored schedule, :mod:`pbx.replay`)."""
+    """Strategy: ``none``, ``random``, ``PBT``, ``PB2`` or ``FIRE`` (``replay``: a stored schedule,
+    :mod:`pbx.replay`)."""
     selection: str = "truncation"
-    """Exploit rule: ``truncation`` (bottom quantile copies top quantile) or ``wta`` (all copy the best)."""
+    """Exploit rule: ``truncation`` (bottom quantile copies top quantile), ``wta`` (all copy the best) or
+    ``sigma`` (members below mean - k std copy members above mean + k std)."""
     quantile: float = 0.25
     """Fraction of the population in the top and in the bottom group for truncation selection."""
+    sigma_k: float = 1.0
+    """``sigma`` selection: leaders score above mean + k std of the population, underperformers below mean - k std."""
+    burn_in: int = 0
+    """Env steps every member trains before the first exploit (0: exploit from the first round on)."""
+    margin_rel: float = 0.0
+    """A donor must beat the recipient by more than this fraction of the recipient's absolute score."""
+    margin_abs: float = 0.0
+    """... and by more than this many score units (0 and 0: any better donor)."""
+    tied: str = "keep"
+    """A recipient whose donor has exactly its score: ``keep`` going unchanged, or ``explore`` its own config."""
     pop_size: int = 4
     """Number of members (``--batchsize`` in the PB2 code)."""
     t_ready: int | None = None
@@ -138,9 +150,13 @@ class RunConfig:
         return sum(self.trained_steps(r) for r in range(self.run.rounds))
 
     def build_strategy(self) -> Strategy:
-        """The run's strategy, told the run's planned length and population (EXP3's rates need them)."""
-        return self.strategy_cls(self.strategy, make_selection(self.run.selection, self.run.quantile),
-                                 RunContext(rounds=self.run.rounds, pop_size=self.run.pop_size))
+        """The run's strategy, told the run's planned length, population and roles (EXP3's rates, FIRE)."""
+        return self.strategy_cls(self.strategy, selection(self.run),
+                                 RunContext(rounds=self.run.rounds, pop_size=self.run.pop_size, roles=self.roles()))
+
+    def roles(self) -> tuple[str, ...]:
+        """Each member's role, as the history records it (:meth:`pbx.strategies.Strategy.roles`)."""
+        return self.strategy_cls.roles(self.strategy, self.run.pop_size)
 
     def to_dict(self) -> dict[str, Any]:
         run = dataclasses.asdict(self.run)
@@ -238,12 +254,19 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
         raise UsageError(f"--search {search} needs a population of at least 2, got pop_size={run.pop_size}")
     strategy = build(strat_cls.settings_cls, raw["strategy"])
     member = build(member_cls.settings_cls, raw["member"])
-    make_selection(run.selection, run.quantile)
+    selection(run)
+    strat_cls.roles(strategy, run.pop_size)
 
     _refuse_searched(member_input, member_cls.settings_cls, space, space_source)
     member_cls.validate(space, member, run.device)
     strat_cls.validate(strategy, space)
     return RunConfig(run, strategy, member, space, space_source, member_cls, strat_cls)
+
+
+def selection(run: RunSettings) -> Selection:
+    """The run's exploit rule with its guards (burn-in, replace margin, ties)."""
+    return make_selection(run.selection, run.quantile, run.sigma_k,
+                          ExploitRules(run.burn_in, run.margin_rel, run.margin_abs, run.tied))
 
 
 def parse_override(item: str) -> tuple[str, Any]:

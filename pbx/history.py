@@ -9,7 +9,11 @@ Row ``(m, r)`` describes member ``m``'s training in round ``r``:
 - one column per hyperparameter: the config used *during* the round;
 - ``parent``: the member whose state ``m`` started the round from (``m`` itself
   unless it copied a donor after round ``r - 1``);
-- ``explored``: whether the config was changed at the start of the round.
+- ``explored``: whether the config was changed at the start of the round;
+- ``role``: the member's part in the population (:meth:`pbx.strategies.Strategy.roles`):
+  ``pop1`` for a member that is a result (every member of most strategies), FIRE's
+  ``pop2``, ``pop3``, ... for its parent sub-populations and ``eval`` for its
+  evaluators, whose scores are never results (:func:`results`).
 
 So an exploit decided after round ``r`` shows up in row ``(m, r + 1)``. PB2 reads
 improvement rates straight off this table, reports draw lineages from it, and
@@ -36,7 +40,11 @@ from pbx.errors import UsageError
 from pbx.files import fsync_dir
 from pbx.space import Categorical, Space, Value
 
-BASE_COLUMNS = ["member", "round", "steps", "wall_s", "score", "test_score", "parent", "explored"]
+BASE_COLUMNS = ["member", "round", "steps", "wall_s", "score", "test_score", "parent", "explored", "role"]
+RESULT_ROLE = "pop1"
+"""The role of members whose scores are results: the best member, the report and replays consider these only."""
+EVALUATOR_ROLE = "eval"
+"""FIRE's evaluators: they train one sub-population's weights with another's config to compare the two."""
 _INT_COLUMNS = ("member", "round", "steps", "parent")
 _FLOAT_COLUMNS = ("wall_s", "score", "test_score")
 
@@ -54,12 +62,13 @@ class Row:
     parent: int
     explored: bool
     config: Mapping[str, Value]
+    role: str = RESULT_ROLE
 
     def as_record(self, hp_names: Sequence[str]) -> dict[str, object]:
         record: dict[str, object] = {
             "member": self.member, "round": self.round, "steps": self.steps, "wall_s": self.wall_s,
             "score": self.score, "test_score": self.test_score, "parent": self.parent,
-            "explored": self.explored,
+            "explored": self.explored, "role": self.role,
         }
         record.update({name: self.config[name] for name in hp_names})
         return record
@@ -185,9 +194,15 @@ def rank_best_first(scores: np.ndarray) -> np.ndarray:
     return np.argsort(-keyed, kind="stable")
 
 
+def results(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of members whose scores are results (:data:`RESULT_ROLE`): not FIRE's evaluators and
+    parent sub-populations, which train for the results' sake. A table without roles is all results."""
+    return frame[frame["role"] == RESULT_ROLE] if "role" in frame else frame
+
+
 def best_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per round: the best member's (by train score, with :func:`rank_best_first`'s policy)."""
-    ordered = frame.sort_values(["round", "member"], kind="stable")
+    """One row per round: the best result member's (by train score, with :func:`rank_best_first`'s policy)."""
+    ordered = results(frame).sort_values(["round", "member"], kind="stable")
     picks = [group.index[rank_best_first(group["score"].to_numpy(dtype=float))[0]]
              for _, group in ordered.groupby("round", sort=True)]
     return frame.loc[picks].reset_index(drop=True)
@@ -221,10 +236,14 @@ def read_csv(path: Path | str, space: Space | None = None) -> pd.DataFrame:
     except (OSError, UnicodeDecodeError) as err:
         raise UsageError(f"{path}: not a readable pbx history file ({err})") from None
     rows = list(csv.reader(io.StringIO(text[:text.rfind("\n") + 1])))
-    missing = [c for c in BASE_COLUMNS if c not in (rows[0] if rows else [])]
+    missing = [c for c in BASE_COLUMNS if c != "role" and c not in (rows[0] if rows else [])]
     if missing:
         raise UsageError(f"{path}: not a pbx history file (missing columns {missing})")
     header, body = rows[0], rows[1:]
+    if "role" not in header:  # written before roles: every member was a result
+        at = header.index("explored") + 1
+        header = [*header[:at], "role", *header[at:]]
+        body = [[*row[:at], RESULT_ROLE, *row[at:]] for row in body]
     for number, row in enumerate(body, start=1):
         if len(row) != len(header):
             raise UsageError(f"{path}: row {number} has {len(row)} fields, not {len(header)}: the file is damaged "
@@ -243,6 +262,7 @@ def _typed(frame: pd.DataFrame, space: Space | None = None) -> pd.DataFrame:
     for col in _FLOAT_COLUMNS:
         frame[col] = frame[col].astype(np.float64)
     frame["explored"] = frame["explored"].map(_bool).astype(bool)
+    frame["role"] = frame["role"].astype(str)
     for col in frame.columns[len(BASE_COLUMNS):]:
         if pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(frame[col]):
             continue

@@ -40,10 +40,19 @@ if TYPE_CHECKING:
 
 # Flags that map one-to-one onto run settings: (flag spellings, setting name, type, help).
 RUN_FLAGS: list[tuple[tuple[str, ...], str, type, str]] = [
-    (("--env",), "env", str, "toy, toy-cat, a ProcGen game (bigfish, coinrun, ...) or a gymnasium id (CartPole-v1)"),
-    (("--search",), "search", str, "strategy: none (fixed baseline; also Fixed), random, PBT or PB2, any case; replay "
-                                     "(a stored schedule) is written by python -m pbx.replay"),
-    (("--selection",), "selection", str, "exploit rule: truncation (bottom quantile copies top) or wta (all copy the best)"),
+    (("--env",), "env", str, "toy, toy-cat, toy-deceptive, a ProcGen game (bigfish, coinrun, ...) or a gymnasium id "
+                             "(CartPole-v1)"),
+    (("--search",), "search", str, "strategy: none (fixed baseline; also Fixed), random, PBT, PB2 or FIRE, any case; "
+                                     "replay (a stored schedule) is written by python -m pbx.replay"),
+    (("--selection",), "selection", str, "exploit rule: truncation (bottom quantile copies top), wta (all copy the "
+                                           "best) or sigma (below mean - k std copy above mean + k std)"),
+    (("--sigma_k", "--sigma-k"), "sigma_k", float, "k of --selection sigma, in standard deviations of the scores"),
+    (("--burn_in", "--burn-in"), "burn_in", int, "env steps every member trains before the first exploit"),
+    (("--margin_rel", "--margin-rel"), "margin_rel", float,
+     "copy only a donor better by more than this fraction of the recipient's absolute score"),
+    (("--margin_abs", "--margin-abs"), "margin_abs", float, "copy only a donor better by more than this many points"),
+    (("--tied",), "tied", str, "a recipient whose donor has exactly its score: keep (change nothing) or explore "
+                               "its own config"),
     (("--batchsize", "--pop-size", "--pop_size"), "pop_size", int, "population size (not PPO's batch_size)"),
     (("--pbt_thresh", "--pbt-thresh", "--quantile"), "quantile", float,
      "fraction of the population in the top and in the bottom group of truncation selection"),

@@ -37,7 +37,7 @@ def test_a_torn_last_round_is_dropped_on_reopen(tmp_path) -> None:
     log = HistoryLog(path, SPACE, 2)
     log.append([_row(0, 0, 1.0, 0.5), _row(1, 0, 2.0, 0.5)])
     with open(path, "a") as f:  # a kill while round 1 was being written
-        f.write("0,1,8,0.1,1.5,nan,0,False,0.5,0.33,crop\n1,1,8,0.")
+        f.write("0,1,8,0.1,1.5,nan,0,False,pop1,0.5,0.33,crop\n1,1,8,0.")
     reopened = HistoryLog(path, SPACE, 2)
     assert reopened.history.last_round == 0
     reopened.append([_row(0, 1, 3.0, 0.5), _row(1, 1, 4.0, 0.5)])
@@ -67,7 +67,7 @@ def test_a_tear_inside_the_last_field_drops_the_line(tmp_path) -> None:
     log = HistoryLog(path, SPACE, 2)
     log.append([_row(0, 0, 1.0, 0.5), _row(1, 0, 2.0, 0.5)])
     with open(path, "a") as f:  # round 1 cut inside the last field: "crop" -> "cro" and no newline
-        f.write("0,1,8,0.1,1.5,nan,0,False,0.5,0.3333333333333333,crop\n1,1,8,0.1,1.5,nan,1,False,0.5,0.123456,cro")
+        f.write("0,1,8,0.1,1.5,nan,0,False,pop1,0.5,0.3333333333333333,crop\n1,1,8,0.1,1.5,nan,1,False,pop1,0.5,0.123456,cro")
     assert HistoryLog(path, SPACE, 2).history.last_round == 0
 
 
@@ -116,8 +116,8 @@ def test_read_csv_of_a_live_run_leaves_out_the_line_being_written(tmp_path) -> N
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda line: line.rsplit(",", 1)[0], "row 1 has 10 fields, not 11"),
-    (lambda line: line + ",extra", "row 1 has 12 fields, not 11"),
+    (lambda line: line.rsplit(",", 1)[0], "row 1 has 11 fields, not 12"),
+    (lambda line: line + ",extra", "row 1 has 13 fields, not 12"),
     (lambda line: line.replace(",False,", ",Fals,"), "explored takes True or False, not 'Fals'"),
     (lambda line: line.replace(",crop", ",cro"), "aug takes ['cro'], not among its choices"),
 ])

@@ -43,6 +43,10 @@ def member_class(env: str, hyperparameters: Iterable[str] = ()) -> type[Member]:
         return REGISTERED[env]
     if env in TOY_ENVS:
         return ToyMember
+    if env == "toy-deceptive":
+        from pbx.members.toy_deceptive import DeceptiveToyMember
+
+        return DeceptiveToyMember
     from pbx.members.ppo import PPOMember
 
     PPOMember.check_env(env)

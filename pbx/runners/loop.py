@@ -176,10 +176,12 @@ class RoundLoop:
 
     def _rows(self, r: int, trained: Sequence[Trained], wall_s: float) -> list[Row]:
         rows = []
+        roles = self.cfg.roles()
         for t in trained:
             parent, explored = self.lineage[t.member]
             rows.append(Row(member=t.member, round=r, steps=t.steps, wall_s=wall_s, score=t.score,
-                            test_score=t.test_score, parent=parent, explored=explored, config=t.config))
+                            test_score=t.test_score, parent=parent, explored=explored, config=t.config,
+                            role=roles[t.member]))
         return rows
 
     def _decide(self, history: History, r: int) -> list[Decision]:

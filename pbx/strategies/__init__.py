@@ -9,22 +9,24 @@ from pbx.errors import UsageError
 from pbx.strategies.base import (Decision, ExploitExplore, Explored, Pending, RoundContext, RunContext, Strategy,
                                  StrategySettings)
 from pbx.strategies.categorical import CAT_EXPS
+from pbx.strategies.fire import FIRE, FIRESettings
 from pbx.strategies.fixed import Fixed
 from pbx.strategies.pb2 import PB2, PB2Settings
 from pbx.strategies.pbt import PBT, PBTSettings
 from pbx.strategies.random_search import RandomSearch
 from pbx.strategies.schedule import Schedule, ScheduleSettings
-from pbx.strategies.selection import SELECTIONS, Selection, Truncation, WinnerTakesAll, make_selection
+from pbx.strategies.selection import (SELECTIONS, ExploitRules, Selection, Sigma, Truncation, WinnerTakesAll,
+                                     make_selection)
 
 __all__ = [
-    "CAT_EXPS", "Decision", "ExploitExplore", "Explored", "Pending", "Fixed", "PB2", "PB2Settings", "PBT", "PBTSettings", "RandomSearch", "RoundContext",
-    "RunContext",
-    "SELECTIONS", "STRATEGIES", "Schedule", "ScheduleSettings", "Selection", "Strategy", "StrategySettings",
+    "CAT_EXPS", "Decision", "ExploitExplore", "ExploitRules", "Explored", "FIRE", "FIRESettings", "Pending", "Fixed",
+    "PB2", "PB2Settings", "PBT", "PBTSettings", "RandomSearch", "RoundContext", "RunContext",
+    "SELECTIONS", "STRATEGIES", "Schedule", "ScheduleSettings", "Selection", "Sigma", "Strategy", "StrategySettings",
     "Truncation", "WinnerTakesAll",
     "canonical_search", "make_selection", "register", "strategy_class",
 ]
 
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Fixed, RandomSearch, PBT, PB2, Schedule)}
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Fixed, RandomSearch, PBT, PB2, FIRE, Schedule)}
 ALIASES = {"fixed": "none"}
 """The PB2 authors' code spells the baseline ``Fixed``."""
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 import numpy as np
+import pandas as pd
 
-from pbx.history import History
+from pbx.history import RESULT_ROLE, History
 from pbx.space import Config, Space, Value
 from pbx.strategies.selection import Selection, Truncation
 
@@ -62,12 +63,18 @@ class RunContext:
 
     Given explicitly (:meth:`pbx.config.RunConfig.build_strategy`), so ``decide`` stays a
     function of its arguments and the strategy's construction. EXP3's exploration and
-    share rates need it (:mod:`pbx.strategies.exp3`).
+    share rates need it (:mod:`pbx.strategies.exp3`), and FIRE its members' roles.
     """
 
     rounds: int
     """Rounds the run is planned to last (a resume that extends ``max_budget`` changes it from then on)."""
     pop_size: int
+    roles: tuple[str, ...] = ()
+    """Each member's role (:meth:`Strategy.roles`), which the runner writes to every history row; empty: every
+    member is a result (:data:`pbx.history.RESULT_ROLE`)."""
+
+    def role(self, member: int) -> str:
+        return self.roles[member] if self.roles else RESULT_ROLE
 
 
 class Strategy(ABC):
@@ -90,6 +97,15 @@ class Strategy(ABC):
 
         Called once when a run's config is resolved, before anything trains.
         """
+
+    @classmethod
+    def roles(cls, settings: StrategySettings, pop_size: int) -> tuple[str, ...]:
+        """Each member's role in a population of ``pop_size``; by default every member is a result.
+
+        Called when a run's config is resolved, so it raises :class:`~pbx.errors.UsageError` for a
+        population the settings cannot divide (FIRE's sub-populations and evaluators).
+        """
+        return (RESULT_ROLE,) * pop_size
 
     def initial_configs(self, space: Space, pop_size: int, rng: np.random.Generator) -> list[Config]:
         """Each member's starting config; by default independent draws from the prior."""
@@ -144,26 +160,45 @@ class RoundContext:
 
 
 class ExploitExplore(Strategy):
-    """Truncation/winner selection, then a subclass-specific explore step for each member that copied."""
+    """The selection's exploit (with its guards), then a subclass-specific explore step for each member that
+    copied, or that explores its own config because it tied with its donor."""
 
     def decide(self, history: History, space: Space, rng: np.random.Generator) -> list[Decision]:
         latest = history.latest()
+        return self.decisions(history, space, self.exploit(latest, latest["score"].to_numpy(dtype=float), rng), rng)
+
+    def exploit(self, rows: pd.DataFrame, scores: np.ndarray, rng: np.random.Generator) -> dict[int, int]:
+        """``{recipient: donor}`` member ids among ``rows`` (one per member) ranked by ``scores``: the
+        selection's pairs once every member is past ``burn_in``; a recipient mapped to itself explores its
+        own config."""
+        if not self.selection.rules.ready(rows["steps"].to_numpy()):
+            return {}
+        members = [int(m) for m in rows["member"]]
+        # The selection works on positions in ``rows``; map them to member ids once, here.
+        return {members[r]: members[d] for r, d in self.selection.pairs(scores, rng).items()}
+
+    def decisions(self, history: History, space: Space, pairs: Mapping[int, int], rng: np.random.Generator,
+                  fixed: Mapping[int, Decision] | None = None) -> list[Decision]:
+        """One decision per member of the latest round: :meth:`explore` for each recipient in ``pairs`` (in
+        member order), the ``fixed`` decisions as given, and every other member going on as it is."""
+        fixed = fixed or {}
+        latest = history.latest()
         members = [int(m) for m in latest["member"]]
         configs = {m: history.config_of(row) for m, (_, row) in zip(members, latest.iterrows())}
-        # The selection works on positions in the latest round; map them to member ids once, here.
-        positions = self.selection.pairs(latest["score"].to_numpy(dtype=float), rng)
-        pairs = {members[r]: members[d] for r, d in positions.items()}
         round_ = RoundContext(history, space, self.prepare(history, space, len(pairs), rng) if pairs else None,
                               running=[Pending(m, configs[m]) for m in members if m not in pairs])
         decisions = []
         for m in members:
-            if m not in pairs:
+            if m in fixed:
+                decisions.append(fixed[m])
+            elif m not in pairs:
                 decisions.append(Decision(m, m, configs[m]))
-                continue
-            donor = pairs[m]
-            new, ops, info = self.explore(donor, configs[donor], round_, rng)
-            round_.picks.append(Pending(donor, new))
-            decisions.append(Decision(m, donor, new, tuple(ops), explored=True, info=info))
+            else:
+                donor = pairs[m]
+                new, ops, info = self.explore(donor, configs[donor], round_, rng)
+                round_.picks.append(Pending(donor, new))
+                ops = ["tied", *ops] if donor == m else ops
+                decisions.append(Decision(m, donor, new, tuple(ops), explored=True, info=info))
         return decisions
 
     def prepare(self, history: History, space: Space, recipients: int, rng: np.random.Generator) -> Any:

@@ -1,0 +1,339 @@
+"""FIRE PBT: faster improvement rate PBT (Dalibard & Jaderberg, 2021, arXiv:2109.13800).
+
+PBT copies whoever scores best now, so it favours configs that pay off at once
+(a learning rate that drops fast) over configs that pay off later. FIRE splits
+the population into sub-populations P1, P2, ... and evaluators:
+
+- P1 runs PBT on the score: its members are the run's results.
+- A member of P2 (P3, ...) is judged by what its weights are worth to the
+  sub-population below: an *evaluator* copies its weights, trains them with the
+  config of the best member of P1 (the *child*), and its curve is compared with
+  the child's where the two reached the same score. A member's fitness is the
+  sum of its evaluator's best-score differences against its sub-population's
+  other evaluated members; P2 runs PBT on that fitness, so it drifts towards
+  configs whose weights improve fastest, not towards those that score best now.
+- An evaluator whose curve beats the child's (a best-score difference above
+  zero and a one-sided binomial test of its points against the child's below
+  ``p_value``) hands its weights to the child, which keeps its config. An
+  evaluator that cannot show this within ``max_eval_rounds`` (the threshold is
+  relaxed before that), or whose child or parent is replaced, stops, and takes
+  the P2 member that has waited longest for an evaluation.
+
+Facts from the method and from PBT-Zoo's ``algo/firepbt.py`` (Chebykin et al.,
+TMLR 2025); defaults are PBT-Zoo's, which its toy and RL configs share: two
+sub-populations of equal size, 6 evaluators for 22 members, an evaluation of at
+least 3 intervals, p = 0.01, and a curve that starts anew at every exploit. Where
+pbx departs: a curve holds one point per round (the member's score), not one per
+step; curves are smoothed by a Gaussian kernel over ``smoothing`` rounds (0, the
+default, compares them raw, as PBT-Zoo's near-interpolating GP does); NaN scores
+are left out of curves; a member just replaced in P2 is not evaluated in the same
+round; and an evaluator with no member to evaluate copies the best member of P1
+until one is free. Explore is PBT's (:mod:`pbx.strategies.pbt`).
+
+Everything FIRE knows is in the history (a pure ``decide``): the roles say who
+is who, an evaluator's row where it copied a P2 member starts an evaluation, and
+the child is the best P1 member of the round before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+from scipy.stats import binomtest
+
+from pbx.errors import UsageError
+from pbx.history import EVALUATOR_ROLE, RESULT_ROLE, History, rank_best_first
+from pbx.space import Space
+from pbx.strategies.base import Decision
+from pbx.strategies.pbt import PBT, PBTSettings
+
+EVALUATOR_SHARE = 6 / 22
+"""PBT-Zoo's evaluators per member (6 of 22): the default evaluator count, rounded, at least 2."""
+
+
+@dataclass
+class FIRESettings(PBTSettings):
+    sub_pops: list[int] | None = None
+    """Sizes of the sub-populations P1, P2, ... (P1's members are the results). None: the members that are not
+    evaluators in two halves, P1 taking the odd one (PBT-Zoo's 8 and 8)."""
+    evaluators: int | None = None
+    """Evaluator members, at least 2 and at most the members of P2, P3, ... None: 6/22 of the population
+    (PBT-Zoo's 6 of 22), at least 2."""
+    max_eval_rounds: int = 3
+    """Rounds after which an evaluator that has not shown its parent's weights better must (PBT-Zoo's
+    ``max_eval_steps``: 3 intervals); before that the test's threshold is relaxed in proportion."""
+    p_value: float = 0.01
+    """An evaluator wins when the binomial test of its curve against the child's is below this (PBT-Zoo's
+    ``p_stat``), and stops after ``max_eval_rounds`` when it is above."""
+    smoothing: float = 0.0
+    """Width, in rounds, of the Gaussian kernel curves are smoothed with before they are matched by score
+    (0: raw scores)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_eval_rounds < 1:
+            raise UsageError(f"max_eval_rounds must be at least 1 round, got {self.max_eval_rounds}")
+        if not 0 < self.p_value < 1:
+            raise UsageError(f"p_value must be in (0, 1), got {self.p_value}")
+        if not self.smoothing >= 0:
+            raise UsageError(f"smoothing must be >= 0 rounds (0: none), got {self.smoothing}")
+
+
+class Evaluation(NamedTuple):
+    """An evaluator's current task, read off the history."""
+
+    parent: int
+    """The member of P2, P3, ... whose weights it copied."""
+    child: int
+    """The best member of the sub-population below at the start, whose config it trains with."""
+    start: int
+    """The first round it trained."""
+
+
+class Ended(NamedTuple):
+    """Why an evaluator takes a new task (nothing before its first), and the numbers behind it."""
+
+    why: str = ""
+    info: dict[str, float] = {}
+
+
+class FIRE(PBT):
+    """P1: PBT on the score; P2, ...: PBT on the evaluators' fitness; evaluators hand better weights to P1."""
+
+    name = "FIRE"
+    settings_cls = FIRESettings
+    settings: FIRESettings
+
+    @classmethod
+    def roles(cls, settings: FIRESettings, pop_size: int) -> tuple[str, ...]:  # type: ignore[override]
+        """``pop1`` for P1's members (the first), ``pop2``, ... for the parent sub-populations, ``eval`` for the
+        evaluators (the last)."""
+        evaluators = settings.evaluators if settings.evaluators is not None else max(
+            2, round(pop_size * EVALUATOR_SHARE))
+        rest = pop_size - evaluators
+        sizes = settings.sub_pops if settings.sub_pops is not None else [rest - rest // 2, rest // 2]
+        if len(sizes) < 2 or min(sizes) < 2:
+            raise UsageError(f"FIRE needs at least two sub-populations of at least 2 members each, got sub_pops "
+                             f"{sizes} from a population of {pop_size} with {evaluators} evaluators (raise "
+                             f"--batchsize to at least 6, or set -m sub_pops=[N1,N2] evaluators=E)")
+        if evaluators < 2 or evaluators > sum(sizes[1:]):
+            raise UsageError(f"FIRE's evaluators must be at least 2 and at most the {sum(sizes[1:])} members of "
+                             f"the sub-populations they evaluate (sub_pops {sizes[1:]}), got {evaluators} "
+                             f"(set -m evaluators=E or change sub_pops)")
+        if sum(sizes) + evaluators != pop_size:
+            raise UsageError(f"FIRE's sub-populations {sizes} and {evaluators} evaluators make "
+                             f"{sum(sizes) + evaluators} members, but the population is {pop_size} (set "
+                             f"--batchsize {sum(sizes) + evaluators}, or sub_pops to sizes that add up to "
+                             f"{pop_size - evaluators})")
+        pops = tuple(f"pop{k + 1}" for k, size in enumerate(sizes) for _ in range(size))
+        return pops + (EVALUATOR_ROLE,) * evaluators
+
+    def decide(self, history: History, space: Space, rng: np.random.Generator) -> list[Decision]:
+        if self.context is None:
+            raise ValueError("FIRE needs the run's RunContext (its members' roles): build it with "
+                             "RunConfig.build_strategy() or pass context=")
+        latest = history.latest()
+        roles = np.array(self.context.roles)
+        table = Table(history, roles)
+        evaluators = [int(m) for m in np.flatnonzero(roles == EVALUATOR_ROLE)]
+        pops = sorted(set(self.context.roles) - {EVALUATOR_ROLE}, key=lambda role: int(role[3:]))
+        ongoing = {e: table.evaluation(e) for e in evaluators}
+        ongoing = {e: ev for e, ev in ongoing.items() if ev is not None}
+        curves = {e: table.curve(e) for e in ongoing}
+
+        # PBT within each sub-population: P1 on the score, the others on their evaluators' fitness.
+        in_pop = {role: latest[roles[latest["member"].to_numpy()] == role] for role in pops}
+        pairs = self.exploit(in_pop[RESULT_ROLE], in_pop[RESULT_ROLE]["score"].to_numpy(dtype=float), rng)
+        fitness: dict[int, float] = {}
+        for role in pops[1:]:
+            judged = {ev.parent: e for e, ev in ongoing.items() if roles[ev.parent] == role}
+            for p, e in judged.items():
+                fitness[p] = sum(self._score_diff(curves[e], curves[q]) for o, q in judged.items() if o != p)
+            rows = in_pop[role][in_pop[role]["member"].isin(list(judged))]
+            pairs.update(self.exploit(rows, np.array([fitness[int(m)] for m in rows["member"]]), rng))
+
+        wins, ended = self._verdicts(ongoing, curves, table, pairs, history)
+        ended.update({e: Ended() for e in evaluators if e not in ongoing})
+        fixed = {**wins, **self._assign(ended, ongoing, pairs, pops, roles, table, history)}
+        decisions = self.decisions(history, space, pairs, rng, fixed)
+        return [_with_fitness(d, fitness) for d in decisions]
+
+    def _verdicts(self, ongoing: dict[int, Evaluation], curves: dict[int, list[float]], table: Table,
+                  pairs: dict[int, int], history: History) -> tuple[dict[int, Decision], dict[int, Ended]]:
+        """The evaluations that end now: ``{child: copy the winning evaluator}``, and why each evaluator that
+        ends does (a win, a stop), for :meth:`_assign` to give it its next task."""
+        wins: dict[int, tuple[float, int]] = {}
+        ended: dict[int, Ended] = {}
+        for e, ev in ongoing.items():
+            rounds = table.last + 1 - ev.start
+            if ev.child in pairs or ev.parent in pairs:
+                ended[e] = Ended("FIRE: stop, child or parent replaced")
+                continue
+            mine, theirs = curves[e], table.curve(ev.child)
+            diff, p = self._score_diff(mine, theirs), self._binomial(mine, theirs)
+            info = {"score_diff": diff, "p_value": p, "eval_rounds": float(rounds)}
+            if diff > 0 and p < self.settings.p_value:
+                rival = wins.get(ev.child)
+                if rival is not None and rival[0] >= diff:  # two evaluators beat one child: the better one's
+                    ended[e] = Ended("FIRE: stop, another evaluator won", info)  # weights go, the other stops
+                    continue
+                if rival is not None:
+                    ended[rival[1]] = Ended("FIRE: stop, another evaluator won", ended[rival[1]].info)
+                wins[ev.child] = (diff, e)
+                ended[e] = Ended("FIRE: won", info)
+                continue
+            relaxed = self.settings.p_value + max(0.0, 1 - rounds / self.settings.max_eval_rounds)
+            apart = _overlap(self._smooth(mine), self._smooth(theirs)) is None
+            if (apart and rounds >= self.settings.max_eval_rounds) or (not apart and p > relaxed):
+                ended[e] = Ended("FIRE: stop, not better", info)
+        latest = history.latest().set_index("member")
+        copies = {child: Decision(child, e, history.config_of(latest.loc[e]),
+                                  (f"FIRE: m{e} evaluating m{ongoing[e].parent} wins",), info=ended[e].info)
+                  for child, (_, e) in wins.items()}
+        return copies, ended
+
+    def _assign(self, ended: dict[int, Ended], ongoing: dict[int, Evaluation], pairs: dict[int, int],
+                pops: list[str], roles: np.ndarray, table: Table, history: History) -> dict[int, Decision]:
+        """A new task for each evaluator in ``ended`` (once every member is past burn-in): the free member of
+        P2, P3, ... that has waited longest, with the config of the best member of the sub-population below."""
+        if not self.selection.rules.ready(history.latest()["steps"].to_numpy()):
+            return {}
+        busy = {ev.parent for e, ev in ongoing.items() if e not in ended}
+        free = [int(m) for m in np.flatnonzero(np.isin(roles, pops[1:])) if m not in busy and m not in pairs]
+        free.sort(key=table.waiting)
+        latest = history.latest().set_index("member")
+        configs = {int(m): history.config_of(latest.loc[m]) for m in latest.index}
+        assigned = {}
+        for e, parent in zip(sorted(ended), [*free, *[None] * len(ended)]):
+            why = (ended[e].why,) if ended[e].why else ()
+            if parent is None:
+                best = self._best(RESULT_ROLE, roles, table)
+                assigned[e] = Decision(e, best, configs[best], (*why, "FIRE: idle, copies P1's best"),
+                                       explored=True, info=ended[e].info)
+                continue
+            child = self._best(pops[pops.index(str(roles[parent])) - 1], roles, table)
+            assigned[e] = Decision(e, parent, configs[child],
+                                   (*why, f"FIRE: evaluate m{parent} with m{child}'s config"), explored=True,
+                                   info={**ended[e].info, "parent": float(parent), "child": float(child)})
+        return assigned
+
+    @staticmethod
+    def _best(role: str, roles: np.ndarray, table: Table) -> int:
+        members = np.flatnonzero(roles == role)
+        return int(members[rank_best_first(table.score[table.last, members])[0]])
+
+    def _smooth(self, curve: list[float]) -> np.ndarray:
+        values = np.asarray(curve, dtype=float)
+        if self.settings.smoothing <= 0 or len(values) < 2:
+            return values
+        steps = np.arange(len(values))
+        weights = np.exp(-0.5 * ((steps[:, None] - steps[None, :]) / self.settings.smoothing) ** 2)
+        return weights @ values / weights.sum(axis=1)
+
+    def _score_diff(self, mine: list[float], theirs: list[float]) -> float:
+        """How much better ``mine``'s best score is than ``theirs``'s over the stretch where both had reached the
+        same score (0 when they never do and ``mine`` is below; the gap when ``mine`` is entirely above)."""
+        if not mine or not theirs:
+            return 0.0
+        span = _overlap(self._smooth(mine), self._smooth(theirs))
+        if span is None:
+            return max(0.0, min(mine) - max(theirs))
+        i, j, n = span
+        return float(max(mine[i:i + n]) - max(theirs[j:j + n]))
+
+    def _binomial(self, mine: list[float], theirs: list[float]) -> float:
+        """One-sided binomial test that ``mine`` beats ``theirs`` point by point from the same score on."""
+        if not mine or not theirs:
+            return 1.0
+        span = _overlap(self._smooth(mine), self._smooth(theirs))
+        if span is None:
+            if min(mine) > max(theirs):
+                return 0.0
+            if max(mine) < min(theirs):
+                return 1.0
+            span = (0, 0, min(len(mine), len(theirs)))
+        i, j, n = span
+        wins = int(sum(a > b for a, b in zip(mine[i:i + n], theirs[j:j + n])))
+        return float(binomtest(wins, n, alternative="greater").pvalue)
+
+
+def _overlap(mine: np.ndarray, theirs: np.ndarray) -> tuple[int, int, int] | None:
+    """Where the two curves reach the same score: ``(i, j, n)``, the curves compared from ``mine[i]`` and
+    ``theirs[j]`` for ``n`` points; None when the one that starts lower never reaches the other's start."""
+    if mine[0] < theirs[0]:
+        reached = np.flatnonzero(mine >= theirs[0])
+        i, j = (int(reached[0]), 0) if len(reached) else (None, 0)
+    else:
+        reached = np.flatnonzero(theirs >= mine[0])
+        i, j = (0, int(reached[0])) if len(reached) else (None, 0)
+    if i is None:
+        return None
+    return i, j, min(len(mine) - i, len(theirs) - j)
+
+
+def _with_fitness(decision: Decision, fitness: dict[int, float]) -> Decision:
+    """``decision`` with the member's fitness (P2, ...) among its reasons, when it changes the member."""
+    if decision.member not in fitness or not (decision.copies or decision.explored):
+        return decision
+    return Decision(decision.member, decision.donor, decision.config, decision.ops, decision.explored,
+                    {**decision.info, "fitness": fitness[decision.member]})
+
+
+class Table:
+    """The history as (round, member) arrays, and what FIRE reads off them."""
+
+    def __init__(self, history: History, roles: np.ndarray) -> None:
+        frame = history.frame.sort_values(["round", "member"])
+        shape = (history.last_round + 1, len(roles))
+        self.roles = roles
+        self.evaluators = [int(e) for e in np.flatnonzero(roles == EVALUATOR_ROLE)]
+        self.last = history.last_round
+        self.score = frame["score"].to_numpy(dtype=float).reshape(shape)
+        self.parent = frame["parent"].to_numpy(dtype=int).reshape(shape)
+        self.explored = frame["explored"].to_numpy(dtype=bool).reshape(shape)
+
+    def curve(self, member: int) -> list[float]:
+        """The member's finite scores since its state was last exploited and explored, following the weights
+        back through copies that kept the config (an evaluator's win): the curve FIRE compares."""
+        points = []
+        r = self.last
+        while r >= 0:
+            points.append(self.score[r, member])
+            if self.explored[r, member]:
+                break
+            member = self.parent[r, member]
+            r -= 1
+        return [float(s) for s in reversed(points) if np.isfinite(s)]
+
+    def evaluation(self, evaluator: int) -> Evaluation | None:
+        """The evaluator's task: from its last copy of a member of P2, P3, ...; None before its first one and
+        while it is idle (its last copy was of P1's best)."""
+        copied = np.flatnonzero(self.explored[1:, evaluator] & (self.parent[1:, evaluator] != evaluator)) + 1
+        if not len(copied):
+            return None
+        start = int(copied[-1])
+        parent = int(self.parent[start, evaluator])
+        if self.roles[parent] in (RESULT_ROLE, EVALUATOR_ROLE):
+            return None
+        below = f"pop{int(str(self.roles[parent])[3:]) - 1}"
+        members = np.flatnonzero(self.roles == below)
+        child = int(members[rank_best_first(self.score[start - 1, members])[0]])
+        return Evaluation(parent, child, start)
+
+    def waiting(self, member: int) -> tuple[int, int, int]:
+        """Sort key of a free member of P2, ...: the round it has waited since (its last evaluation ended or it
+        was replaced; 0), replaced members after evaluated ones (PBT-Zoo's -1), then member id."""
+        since, replaced = 0, 0
+        redone = np.flatnonzero(self.explored[:, member] & (self.parent[:, member] != member))
+        if len(redone):
+            since, replaced = int(redone[-1]), 1
+        for e in self.evaluators:
+            moved = self.explored[:, e] & (self.parent[:, e] != e)  # the rounds an evaluator took a new task
+            for start in np.flatnonzero(moved & (self.parent[:, e] == member)):
+                later = np.flatnonzero(moved[start + 1:])
+                end = int(start + 1 + later[0]) if len(later) else self.last + 1
+                if end > since or (end == since and replaced):
+                    since, replaced = end, 0
+        return since, replaced, member
