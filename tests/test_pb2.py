@@ -85,7 +85,8 @@ def in_bounds(space: Space, config: Config) -> bool:
 
 
 @pytest.mark.parametrize("changes", [{"window": 2}, {"fit_rows": 0}, {"restarts": 0}, {"window": 10.5},
-                                     {"resample_prob": 2.0}, {"pending": "all"}])
+                                     {"resample_prob": 2.0}, {"pending": "all"},
+                                     {"prior_mean": "median"}])
 def test_settings_name_the_bad_value(changes: dict) -> None:
     (key, value), = changes.items()
     with pytest.raises(UsageError, match=f"{key} must .*{value}"):
@@ -140,7 +141,8 @@ def test_a_running_members_config_pushes_the_pick_away(space: Space, seed: int) 
                 key=lambda m: np.linalg.norm(np.subtract(queries[m], queries[donor])))
     running = [Pending(other, alone)]
     spread = PB2(PB2Settings(pending="running"))
-    assert distance(space, pick(spread, history, space, seed, [], context, running), alone) > 0.05
+    # 0.045 to 0.18 on these seeds: a pick near the data's peak moves less than one in an empty corner
+    assert distance(space, pick(spread, history, space, seed, [], context, running), alone) > 0.02
     # without the running members in the pending set the pick stays put (up to the optimiser's extra starts)
     assert distance(space, pick(PB2(PB2Settings(pending="picks")), history, space, seed, [], context, running),
                     alone) < 1e-3
@@ -183,11 +185,12 @@ def ucb_pick_and_donor(converged: list[tuple[Space, History]]) -> list[tuple[flo
 
 
 def test_random_starts_alone_miss_the_donors_region_on_these_histories(converged, monkeypatch) -> None:
-    """The donor's config must be a start: climbed from the screened random points only, most picks fall below
-    the acquisition at the donor's config (the test below climbs every start, the donor's among them)."""
+    """The donor's config must be a start: climbed from the screened random points only, a pick falls below
+    the acquisition at the donor's config (1 of these 4; 3 of 4 with the reference's mean as the GP's prior
+    mean). The test below climbs every start, the donor's among them."""
     maximise = pb2.maximise
     monkeypatch.setattr(pb2, "maximise", lambda *args, seeds=None: maximise(*args))
-    assert sum(pick < donor for pick, donor in ucb_pick_and_donor(converged)) >= 2
+    assert sum(pick < donor for pick, donor in ucb_pick_and_donor(converged)) >= 1
 
 
 def local_maximum(acquisition: Acquisition, start: np.ndarray) -> float:
@@ -265,6 +268,33 @@ def test_pending_variance_equals_a_second_gp_holding_the_pending_points() -> Non
     _, var = pending_gp.predict_noiseless(inputs(unit))
     # GPy adds 1e-8 to the noise, hence the tolerance.
     np.testing.assert_allclose(acquisition(unit)[0], mean[:, 0] + 1.5 * np.sqrt(var[:, 0]), atol=1e-6)
+
+
+def test_far_from_the_data_the_gp_expects_the_lowest_rate() -> None:
+    """``prior_mean``: away from every observation the mean falls to the window's lowest rate (``lowest``) or
+    to the mean rate (``mean``, the reference's), and near the data both follow the data."""
+    rng = np.random.default_rng(2)
+    X, y = np.hstack([np.full((20, 2), 0.5), rng.uniform(0.4, 0.6, size=(20, 2))]), rng.normal(size=20)  # at the query's (t, R)
+    kernel = TimeVaryingSE(4, variance=1.0, lengthscale=0.02, epsilon=0.1)
+    nothing_pending = np.zeros((0, 4))
+    lowest, mean = (Acquisition(Posterior(kernel, 0.01, X, y, prior), (0.5, 0.5), nothing_pending, kappa=0.0)
+                    for prior in (float(y.min()), 0.0))
+    corners = np.array([[0.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    np.testing.assert_allclose(lowest(corners)[0], y.min(), atol=1e-6)  # the kernel's tail: below 1e-8 here
+    np.testing.assert_allclose(mean(corners)[0], 0.0, atol=1e-6)
+    near = X[:1, 2:]
+    assert abs(lowest(near)[0][0] - mean(near)[0][0]) < 0.05 * abs(y.min())
+
+
+def test_a_corner_is_picked_where_the_rates_rise_towards_it() -> None:
+    """Corners on purpose: with the lowest rate as the GP's prior mean, data that rise towards a corner
+    still take the pick there (the toy's optimum is such a corner)."""
+    space = Space({"a": Continuous(0.0, 1.0), "b": Continuous(0.0, 1.0)})
+    corner = np.ones(2)
+    history = rate_history(space, lambda c: float(np.exp(-np.sum((space.to_unit(c) - corner) ** 2))), 8, 8)
+    strategy = PB2()
+    new = pick(strategy, history, space, 0, [], strategy.prepare(history, space, 1, RNG))
+    assert np.linalg.norm(space.to_unit(new) - corner) < 0.05
 
 
 def test_acquisition_gradient_matches_finite_differences() -> None:

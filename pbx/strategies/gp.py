@@ -127,14 +127,19 @@ def cholesky(A: np.ndarray) -> np.ndarray:
 
 
 class Posterior:
-    """The GP conditioned on every window row, with the fitted kernel; predicts the latent ``f``."""
+    """The GP conditioned on every window row, with the fitted kernel; predicts the latent ``f``.
 
-    def __init__(self, kernel: Kernel, noise: float, X: np.ndarray, y: np.ndarray) -> None:
-        self.kernel, self.noise, self.X = kernel, noise, X
+    ``prior_mean`` is the constant the posterior mean returns to far from the data
+    (``mean(x) = prior_mean + k(x, X) alpha``); the kernel is fit on the centred
+    targets either way.
+    """
+
+    def __init__(self, kernel: Kernel, noise: float, X: np.ndarray, y: np.ndarray, prior_mean: float = 0.0) -> None:
+        self.kernel, self.noise, self.X, self.prior_mean = kernel, noise, X, prior_mean
         A = kernel.K(X)  # a fresh array (K scales a cached one), so ours to modify
         A[np.diag_indices_from(A)] += noise
         self.L = cholesky(A)  # Fortran order, as BLAS wants it
-        self.alpha = linalg.cho_solve((self.L, True), y, check_finite=False)
+        self.alpha = linalg.cho_solve((self.L, True), y - prior_mean, check_finite=False)
 
     def whiten(self, rows: np.ndarray, transpose: bool = False) -> np.ndarray:
         """Each row solved against ``L`` (``L^-1 row``), or against ``L'`` with ``transpose``; (m, n) -> (m, n).

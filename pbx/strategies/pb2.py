@@ -74,6 +74,8 @@ MIN_ROWS = 3
 """Fewer usable intervals than this and the GP knows nothing: explore as PBT does."""
 PENDING = ("running", "picks")
 """The values of :attr:`PB2Settings.pending`."""
+PRIOR_MEANS = ("lowest", "mean")
+"""The values of :attr:`PB2Settings.prior_mean`."""
 
 
 @dataclass
@@ -106,10 +108,21 @@ class PB2Settings(PBTSettings):
     (equal at population 4); on a drifting peak its picks were as close to the peak (+0.011 ± 0.015,
     and -0.016 ± 0.011 on 30 other seeds) and the population's final score higher (+349 ± 129)."""
 
+    prior_mean: str = "lowest"
+    """What the GP expects where it has no data: ``lowest`` (the lowest improvement rate of the window) or
+    ``mean`` (the window's mean rate, as the PB2 authors' code and Ray Tune). With ``mean`` a config far from
+    every observation is expected to do as well as the average one, so UCB's bonus alone carries the corners
+    of the cube: on a drifting optimum (``benchmarks/bench_picks.py``, 30 histories per cell) half of PB2's
+    picks at 2 dimensions and 1000 rows were corners of true rate below 0.05 while the donor's config ran
+    above 0.5. With ``lowest`` a config must earn its pick from the data nearby or the uncertainty bonus
+    over the worst rate seen, and a corner is picked where the rates rise towards it (docs/algorithms.md)."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.pending not in PENDING:
             raise UsageError(f"pending must be one of {', '.join(PENDING)}, got {self.pending!r}")
+        if self.prior_mean not in PRIOR_MEANS:
+            raise UsageError(f"prior_mean must be one of {', '.join(PRIOR_MEANS)}, got {self.prior_mean!r}")
         for name in ("window", "fit_rows"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < MIN_ROWS:
@@ -277,12 +290,15 @@ class PB2(PBT):
         return RoundGP(posterior, queries, kappa(len(y)))
 
     def _posterior(self, X: np.ndarray, y: np.ndarray, n_cat: int) -> Posterior:
-        """Fit on the most recent ``fit_rows``, condition on all; on failure retry with fixed noise."""
+        """Fit on the most recent ``fit_rows``, condition on all with the ``prior_mean`` setting's mean; on
+        failure retry with fixed noise."""
         recent = slice(-self.settings.fit_rows, None)
+        prior_mean = float(np.min(y)) if self.settings.prior_mean == "lowest" else 0.0  # y is standardised
         try:
-            return Posterior(*fit_kernel(X[recent], y[recent], n_cat=n_cat), X, y)
+            return Posterior(*fit_kernel(X[recent], y[recent], n_cat=n_cat), X, y, prior_mean)
         except (linalg.LinAlgError, FloatingPointError, ValueError):
-            return Posterior(*fit_kernel(X[recent], y[recent], fixed_noise=FALLBACK_NOISE, n_cat=n_cat), X, y)
+            return Posterior(*fit_kernel(X[recent], y[recent], fixed_noise=FALLBACK_NOISE, n_cat=n_cat), X, y,
+                             prior_mean)
 
     def explore(self, donor: int, donor_config: Config, round_: RoundContext, rng: np.random.Generator) -> Explored:
         """Categories by ``cat_exp``; continuous values maximise UCB at the donor's time and score (and, for
