@@ -200,6 +200,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=30, help="histories (so picks) per cell")
     parser.add_argument("--quick", action="store_true", help="5 seeds, for a look in about a minute")
+    parser.add_argument("--only", choices=("continuous", "mixed"), help="one half of the cells")
     parser.add_argument("--pb2", nargs="*", default=[], metavar="KEY=VALUE", help="PB2 settings to override")
     args = parser.parse_args()
     seeds = range(5 if args.quick else args.seeds)
@@ -220,7 +221,7 @@ def main() -> None:
     print("mean true rate of the picks (standard error); face: share on a face; bad: true < 0.05 while the "
           "donor's config > 0.5")
     print(f"\ncontinuous | {'uniform':>13} | {'PBT explore':>13} | {'keep donor':>13} | {'PB2':>13} | face | bad  | GP")
-    for d, rows in CONTINUOUS:
+    for d, rows in CONTINUOUS if args.only != "mixed" else []:
         picks = cell(d, 0, rows // POP, seeds, overrides)
         check(f"d{d}/{rows}", picks, ["PB2"], rows >= DATA_ROWS)
         pb2 = picks["PB2"]
@@ -229,7 +230,7 @@ def main() -> None:
     print(f"\nmixed, 2 continuous | {'uniform':>13} | {'PBT explore':>13} | {'keep donor':>13} | "
           + " | ".join(f"{n:>13}" for n in CAT_EXPS) + " | face R/Mt/Mx  | bad R/Mt/Mx    | GP R/Mt/Mx")
     exp3_rows = []
-    for k, rounds in MIXED:
+    for k, rounds in MIXED if args.only != "continuous" else []:
         picks = cell(2, k, rounds, seeds, overrides)
         check(f"K{k}/{rounds}", picks, list(CAT_EXPS), rounds >= DATA_ROUNDS)
         print(f"K {k} {rounds:>2} rounds      | " + " | ".join(picks[n].cell() for n in (*BASELINES, *CAT_EXPS))
