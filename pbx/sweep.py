@@ -6,9 +6,11 @@
     python -m pbx.sweep experiments/procgen_mix.yaml -m env=coinrun --only 7   # one run (an array task)
 
 Rerunning the same command after a crash, Ctrl-C or a job's time limit skips
-finished runs, resumes stopped ones and starts the rest. A run that fails is
-reported and the others go on; the command then exits 1 naming the failed runs.
-The file's format and the folder's layout: :mod:`pbx.sweeps`.
+finished runs, resumes stopped ones and starts the rest, each from its variant's
+settings as resolved when the sweep folder was made (a variant that resolves
+differently now is refused unless ``--keep-stored``). A run that fails is
+reported and the others go on, under MPI too; the command then exits 1 naming
+the failed runs. The file's format and the folder's layout: :mod:`pbx.sweeps`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from pbx.console import format_score
 from pbx.errors import ArgumentParser, UsageError, command_parser
-from pbx.runners.mpi import world
+from pbx.runners.mpi import abort, world
 from pbx.sweeps import (Progress, RunSpec, Sweep, execute, follow, load_sweep, prepare, progress, release,
                         slurm_script)
 
@@ -40,6 +42,9 @@ def build_parser() -> ArgumentParser:
                    help="override a setting of every run, e.g. -m env=coinrun device=cpu")
     p.add_argument("--only", type=int, default=None, metavar="INDEX",
                    help="run only the INDEX-th run (seed by seed, variants in file order; a Slurm array task)")
+    p.add_argument("--keep-stored", "--keep_stored", dest="keep_stored", action="store_true",
+                   help="go on with the settings stored when the sweep folder was made where its variants resolve "
+                        "differently now (an edited space file, a changed member default, another pbx commit)")
     p.add_argument("--print-slurm", dest="print_slurm", nargs="?", const="-", default=None, metavar="PATH",
                    help="write a Slurm job-array script (one task per run) to PATH, or stdout, instead of running")
     return p
@@ -54,20 +59,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     sweep = None
     try:
         args = build_parser().parse_args(argv)
-        sweep = load_sweep(args.file, args.seeds, args.overrides, args.out)
+        sweep = load_sweep(args.file, args.seeds, args.overrides, args.out,
+                           ranks=comm.Get_size() if comm is not None else 1)
         runs = sweep.runs
         if args.only is not None and not 0 <= args.only < len(runs):
             raise UsageError(f"--only {args.only}: the sweep has runs 0 to {len(runs) - 1}")
-        prepare(sweep)
+        prepare(sweep, args.keep_stored)
         if args.print_slurm is not None:
-            return _print_slurm(sweep, args.print_slurm)
+            return _print_slurm(sweep, args.print_slurm, args.keep_stored)
         return _run(sweep, runs if args.only is None else [runs[args.only]], comm)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        again = f"; rerun {sweep.command()} to finish the sweep" if sweep is not None else ""
-        print(f"\ninterrupted: finished rounds are saved{again}", file=sys.stderr)
+        keep = ["--keep-stored"] if sweep is not None and args.keep_stored else []
+        again = f"; rerun {sweep.command(*keep)} to finish the sweep" if sweep is not None else ""
+        print(f"\ninterrupted: finished rounds are saved{again}", file=sys.stderr, flush=True)
+        if comm is not None:
+            abort(None, 130)  # the other ranks may be inside a run, waiting for this one
         return 130
     finally:
         release(comm)
@@ -112,8 +121,8 @@ def _one(sweep: Sweep, spec: RunSpec, head: str, comm: Intracomm | None) -> str 
     return why
 
 
-def _print_slurm(sweep: Sweep, path: str) -> int:
-    script = slurm_script(sweep)
+def _print_slurm(sweep: Sweep, path: str, keep_stored: bool) -> int:
+    script = slurm_script(sweep, keep_stored)
     (sweep.out / "slurm").mkdir(exist_ok=True)  # Slurm does not create the output folder
     if path == "-":
         sys.stdout.write(script)

@@ -3,6 +3,8 @@
     SWEEP/sweep.yaml            experiment (the file's settings, with the command's -m overrides as flat keys),
                                 seeds, variants ({name, settings}, in order), baseline (the first variant
                                 with search none, or null)
+    SWEEP/<variant>/variant.yaml  the variant's resolved config (a run's config.yaml less seed and name), made
+                                once with the sweep folder: every seed's run starts from it
     SWEEP/<variant>/seed<k>/    an ordinary pbx run folder; its train.log holds pbx.train's round lines
     SWEEP/slurm/                the array tasks' output, with --print-slurm
 
@@ -26,8 +28,12 @@ Runs go seed by seed (every variant of seed 0 first), so a sweep cut short
 compares variants on the same seeds. Each run is started, resumed or skipped
 from what its folder holds (:func:`progress`), so rerunning the command after a
 crash or a job's time limit completes the sweep; sweep.yaml makes sure the rerun
-is the same sweep. Each run is ``pbx.train``'s own (:func:`execute`): the same
-config layers, folder, lock, runner and, under an MPI launcher, ranks.
+is the same sweep, and variant.yaml that it is the same experiment: a variant
+that resolves differently now (an edited space file, a changed member default,
+another pbx commit) is refused, naming the keys, unless ``--keep-stored`` says to
+go on with the stored resolution. Each run is ``pbx.train``'s own
+(:func:`execute`): the same folder, lock, runner and, under an MPI launcher,
+ranks, where a failing run fails on every rank and the sweep goes on.
 """
 
 from __future__ import annotations
@@ -49,8 +55,10 @@ import yaml
 from pbx.config import RunSettings, build, parse_override, resolve
 from pbx.errors import UsageError
 from pbx.files import durable_write
+from pbx.fingerprint import differing_keys
 from pbx.history import best_rows, complete_rounds, read_csv
 from pbx.run_dir import RunDir
+from pbx.runners.mpi import Kind, receive, send
 from pbx.yaml_files import read_yaml
 
 if TYPE_CHECKING:
@@ -126,6 +134,8 @@ class Sweep:
     seeds: list[int]
     baseline: str | None
     slurm: SlurmSettings
+    resolved: dict[str, dict[str, Any]]
+    """Each variant's config as it resolves now (less seed and name), by variant name."""
 
     @property
     def runs(self) -> list[RunSpec]:
@@ -136,10 +146,18 @@ class Sweep:
     def record_path(self) -> Path:
         return self.out / "sweep.yaml"
 
+    def stored_path(self, variant: Variant) -> Path:
+        """Where the variant's resolution is stored: every seed's run starts from it."""
+        return self.out / variant.name / "variant.yaml"
+
     def record(self) -> dict[str, Any]:
         return {"experiment": self.experiment, "seeds": self.seeds,
                 "variants": [dataclasses.asdict(v) for v in self.variants], "baseline": self.baseline,
                 "file": str(self.file)}
+
+    def given(self) -> str:
+        """The experiment as the command gives it: the file, and its -m overrides."""
+        return f"{self.file} with -m {' '.join(self.overrides)}" if self.overrides else str(self.file)
 
     def command(self, *extra: str) -> str:
         """The command line that runs this sweep (``extra``: more flags)."""
@@ -149,9 +167,11 @@ class Sweep:
 
 
 def load_sweep(file: str | Path, seeds: str | None = None, overrides: Sequence[str] = (),
-               out: str | Path | None = None) -> Sweep:
-    """Read an experiment file and check every variant resolves to a valid run (a :class:`UsageError` names
-    the file and the variant), before anything is written."""
+               out: str | Path | None = None, ranks: int = 1) -> Sweep:
+    """Read an experiment file and resolve every variant as ``pbx.train`` would on ``ranks`` MPI ranks (a
+    :class:`UsageError` names the file and the variant), before anything is written."""
+    from pbx.train import rank_layers
+
     file = Path(file)
     raw = read_yaml(file, "experiment file")
     if not isinstance(raw, dict):
@@ -168,14 +188,17 @@ def load_sweep(file: str | Path, seeds: str | None = None, overrides: Sequence[s
     if clash:
         raise UsageError(f"-m {', '.join(clash)}: swept by {file}'s sweep: section; edit the file instead")
     seed_list = parse_seeds(seeds if seeds is not None else raw.get("seeds"), file)
-    baseline = None
+    baseline, resolved = None, {}
     for variant in variants:
         try:
-            cfg = resolve([experiment, variant.settings, {"run": {"seed": seed_list[0]}}])
+            cfg = resolve([*rank_layers(ranks), experiment, variant.settings])
         except UsageError as err:
             raise UsageError(f"{file}: variant {variant.name}: {err}") from None
         if baseline is None and cfg.run.search == "none":
             baseline = variant.name
+        config = cfg.to_dict()
+        config["run"] = {k: v for k, v in config["run"].items() if k not in PER_RUN}
+        resolved[variant.name] = config
     slurm = raw.get("slurm") or {}
     if not isinstance(slurm, dict) or set(slurm) - {f.name for f in dataclasses.fields(SlurmSettings)}:
         raise UsageError(f"{file}: slurm: takes {', '.join(f.name for f in dataclasses.fields(SlurmSettings))}, "
@@ -184,7 +207,7 @@ def load_sweep(file: str | Path, seeds: str | None = None, overrides: Sequence[s
         raise UsageError(f"{file}: slurm: time must be quoted, e.g. time: '12:00:00', got {slurm['time']!r}")
     suffix = "".join(f"-{_safe(v)}" for _, v in items)
     return Sweep(file, Path(out) if out is not None else Path("sweeps") / f"{file.stem}{suffix}", experiment,
-                 list(overrides), variants, seed_list, baseline, build(SlurmSettings, slurm))
+                 list(overrides), variants, seed_list, baseline, build(SlurmSettings, slurm), resolved)
 
 
 def expand(spec: Any, file: Path) -> list[Variant]:
@@ -228,9 +251,12 @@ def parse_seeds(value: Any, file: Path) -> list[int]:
     return seeds
 
 
-def prepare(sweep: Sweep) -> None:
-    """Make the sweep folder with its sweep.yaml, or check the one there holds this sweep (more seeds may be
-    added: they are recorded)."""
+def prepare(sweep: Sweep, keep_stored: bool = False) -> None:
+    """Make the sweep folder with its sweep.yaml and each variant's resolution, or check the folder there holds
+    this sweep (more seeds may be added: they are recorded) and that its variants resolve now as they did.
+
+    ``keep_stored``: go on with the stored resolutions where they differ from today's.
+    """
     record = sweep.record()
     path = sweep.record_path
     if path.is_file():
@@ -241,15 +267,43 @@ def prepare(sweep: Sweep) -> None:
         if stored.get("variants") != record["variants"]:
             changed.append("sweep:")
         if changed:
-            given = f"{sweep.file} with -m {' '.join(sweep.overrides)}" if sweep.overrides else str(sweep.file)
-            raise UsageError(f"{given} is not the experiment {sweep.out} was made for ({', '.join(changed)} "
+            raise UsageError(f"{sweep.given()} is not the experiment {sweep.out} was made for ({', '.join(changed)} "
                              f"changed since): restore it, or start a new sweep with --out DIR")
-        seeds = sorted({*stored.get("seeds", []), *sweep.seeds})
-        if seeds == stored.get("seeds"):
-            return
-        record["seeds"] = seeds
-    sweep.out.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(record, sort_keys=False)
+        _check_stored(sweep, keep_stored)
+        record["seeds"] = sorted({*stored.get("seeds", []), *sweep.seeds})
+        if record["seeds"] != stored.get("seeds"):
+            _write_yaml(path, record)
+    else:
+        sweep.out.mkdir(parents=True, exist_ok=True)
+        _write_yaml(path, record)
+    for variant in sweep.variants:  # a folder made before variants were stored takes today's resolution
+        if not sweep.stored_path(variant).is_file():
+            sweep.stored_path(variant).parent.mkdir(exist_ok=True)
+            _write_yaml(sweep.stored_path(variant), sweep.resolved[variant.name])
+
+
+def _check_stored(sweep: Sweep, keep_stored: bool) -> None:
+    """Refuse variants that resolve differently now than when the sweep folder was made, naming the keys."""
+    changed = []
+    for variant in sweep.variants:
+        if sweep.stored_path(variant).is_file():
+            keys = differing_keys(_stored(sweep, variant), sweep.resolved[variant.name])
+            changed += [f"{variant.name}: {', '.join(keys)}"] if keys else []
+    if changed and not keep_stored:
+        raise UsageError(f"{sweep.out}'s variants resolve differently now than when the sweep was made "
+                         f"({'; '.join(changed)}): a space file, a member default or pbx changed; go on with the "
+                         f"stored settings with --keep-stored, or start a new sweep with --out DIR")
+
+
+def _stored(sweep: Sweep, variant: Variant) -> dict[str, Any]:
+    config = read_yaml(sweep.stored_path(variant), "stored variant")
+    if not isinstance(config, dict) or not isinstance(config.get("run"), dict):
+        raise UsageError(f"{sweep.stored_path(variant)}: not a resolved pbx config")
+    return config
+
+
+def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
+    text = yaml.safe_dump(dict(data), sort_keys=False)
     durable_write(path, lambda tmp: tmp.write_text(text))
 
 
@@ -288,10 +342,12 @@ def progress(path: Path) -> Progress | None:
 def execute(sweep: Sweep, spec: RunSpec, resume: bool, comm: Intracomm | None = None) -> str | None:
     """Train (or resume) one run through ``pbx.train``'s command, its output appended to the run's train.log.
 
-    Returns None when the run finished, else why not (train's exit code, or the
-    exception of a member that died, whose traceback goes to the run's error.txt).
-    Raises KeyboardInterrupt when the run was interrupted (its finished rounds are
-    saved). Under MPI the other ranks are told a run follows (:func:`follow`).
+    A new run starts from the variant's stored resolution with the run's seed and
+    name. Returns None when the run finished, else why not (train's exit code, or
+    the exception of a member that died, whose traceback goes to the run's
+    error.txt). Raises KeyboardInterrupt when the run was interrupted (its finished
+    rounds are saved). Under MPI the other ranks are told a run follows
+    (:func:`follow`), and a failure on any rank fails the run on all of them.
     """
     from pbx import train
 
@@ -300,15 +356,14 @@ def execute(sweep: Sweep, spec: RunSpec, resume: bool, comm: Intracomm | None = 
     else:
         argv = ["--seed", str(spec.seed), "--name", f"{sweep.out.name}-{spec.variant.name}-seed{spec.seed}",
                 "--run-dir", str(spec.path)]
-        layers = [sweep.experiment, spec.variant.settings]
+        layers = [_stored(sweep, spec.variant)]
     spec.path.mkdir(parents=True, exist_ok=True)
     if comm is not None:
-        comm.bcast(True, root=0)
+        send(comm, Kind.RUN)
     with open(spec.path / "train.log", "a", buffering=1) as log, contextlib.redirect_stdout(log):
         try:
-            code = train.main(argv, layers)
+            code = train.main(argv, layers, contained=True)
         except Exception as err:  # a member that died: the other runs go on
-            spec.path.mkdir(parents=True, exist_ok=True)
             (spec.path / "error.txt").write_text(traceback.format_exc())
             return f"{type(err).__name__}: {err}; traceback in {spec.path / 'error.txt'}"
     if code == 130:
@@ -320,19 +375,20 @@ def follow(comm: Intracomm) -> int:
     """An MPI rank other than 0: take part in each run rank 0 trains, until it says there are no more."""
     from pbx import train
 
-    while comm.bcast(None, root=0):
-        train.main([])
+    while receive(comm, Kind.RUN, Kind.END).kind is Kind.RUN:
+        train.follow_run(comm)
     return 0
 
 
 def release(comm: Intracomm | None) -> None:
     """Rank 0 is done: let the other ranks (in :func:`follow`) end."""
     if comm is not None:
-        comm.bcast(False, root=0)
+        send(comm, Kind.END)
 
 
-def slurm_script(sweep: Sweep) -> str:
-    """A Slurm job array with one task per run; task i runs ``--only i``, which starts, resumes or skips it."""
+def slurm_script(sweep: Sweep, keep_stored: bool = False) -> str:
+    """A Slurm job array with one task per run; task i runs ``--only i``, which starts, resumes or skips it
+    (``keep_stored``: with ``--keep-stored``)."""
     s, runs = sweep.slurm, sweep.runs
     out = sweep.out.resolve()
     array = f"0-{len(runs) - 1}" + (f"%{s.max_parallel}" if s.max_parallel else "")
@@ -346,11 +402,13 @@ def slurm_script(sweep: Sweep) -> str:
     launch: list[str] = []
     if s.ranks > 1:
         mpiexec = python.parent / "mpiexec"
-        launch = ["srun"] if s.launcher == "srun" else [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n",
+        # srun leaves the other tasks running when one dies unless told; pbx's own failures end the job by MPI_Abort
+        launch = ["srun", "--kill-on-bad-exit=1"] if s.launcher == "srun" else [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n",
                                                         str(s.ranks)]
     task = shlex.join([*launch, str(python), "-m", "pbx.sweep", str(sweep.file.resolve()), "--seeds",
                        ",".join(map(str, sweep.seeds)), "--out", str(out),
-                       *(["-m", *sweep.overrides] if sweep.overrides else [])])
+                       *(["-m", *sweep.overrides] if sweep.overrides else []),
+                       *(["--keep-stored"] if keep_stored else [])])
     return "\n".join([
         "#!/bin/bash",
         *(f"#SBATCH {option}" for option in options),

@@ -30,9 +30,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pbx.config import RunConfig, RunSettings, load_yaml, parse_override, resolve
 from pbx.errors import ArgumentParser, UsageError, command_parser
+from pbx.fingerprint import PROVENANCE, provenance
 from pbx.history import History, best_rows
 from pbx.run_dir import RunDir
-from pbx.runners.mpi import MPIRunner, abort, world
+from pbx.runners.loop import RunFailed
+from pbx.runners.mpi import Kind, abort, receive, run_on_ranks, send, world
 from pbx.runners.sync import SyncRunner
 
 if TYPE_CHECKING:
@@ -73,7 +75,8 @@ STRATEGY_FLAGS: list[tuple[tuple[str, ...], str, str]] = [
     (("--cat_exp", "--cat-exp"), "cat_exp",
      "categorical hyperparameters: random (as PBT; default), fixed, exp3 (= exp3_dep: EXP3 picks, GP per "
      "category), exp3_indep (EXP3 picks, one GP), cocabo (EXP3 picks, mixed-kernel GP); PBT takes random or "
-     "fixed. On a ProcGen game with no --space it selects PB2-Mix's space (DrAC augmentation)"),
+     "fixed. A bandit (exp3*, cocabo) on a ProcGen game with no --space takes PB2-Mix's space (DrAC "
+     "augmentation); random and fixed train what leaving --cat_exp out trains"),
     (("--fixed_cat_val", "--fixed-cat-val"), "fixed_cat_val",
      "with --cat_exp fixed: the choice to hold (default: the space's default)"),
 ]
@@ -120,8 +123,13 @@ def _default(dest: str) -> str:
     return f" (default: {default})" if default is not None else " (default: the env's own)"
 
 
-def main(argv: Sequence[str] | None = None, base: Sequence[Mapping[str, Any]] = ()) -> int:
-    """The command; ``base``: config layers below ``--config`` (:mod:`pbx.sweep`'s experiment and variant)."""
+def main(argv: Sequence[str] | None = None, base: Sequence[Mapping[str, Any]] = (), contained: bool = False) -> int:
+    """The command; ``base``: config layers below ``--config`` (:mod:`pbx.sweep`'s stored resolution).
+
+    ``contained`` (a sweep's run): under MPI a failure on any rank ends this run on
+    every rank and returns its exit code, instead of ending the job, and an
+    interruption returns 130 for the caller to end it.
+    """
     comm = world()
     if comm is not None and comm.Get_rank() > 0:
         return _follow(argv, comm)
@@ -129,47 +137,61 @@ def main(argv: Sequence[str] | None = None, base: Sequence[Mapping[str, Any]] = 
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     # A scheduler's SIGTERM (end of a job's time) stops the run like Ctrl-C: envs closed, resume hint printed.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    run_dir, shared = None, False
+    run_dir, started = None, False
     try:
         cfg, run_dir, changed, mpi = _setup(args, comm, base)
         size = comm.Get_size() if comm is not None else 1
         with run_dir.lock():
             if changed:
                 cfg.write(run_dir.config)
-            if comm is not None:
-                comm.bcast((cfg.to_dict(), run_dir.path) if mpi else None, root=0)
-                shared = True
-            print(_start_line(cfg, run_dir, size if mpi else 1), flush=True)
-            history = (MPIRunner(cfg, run_dir, comm) if mpi and comm is not None else SyncRunner(cfg, run_dir)).run()
+            print(_start_line(cfg, run_dir, size if mpi else 1, resumed=args.resume is not None), flush=True)
+            if comm is not None and mpi:
+                send(comm, Kind.START, (cfg.to_dict(), run_dir.path, contained))
+                started = True
+                history = run_on_ranks(comm, contained, run_dir.path, lambda: cfg)
+            else:
+                history = SyncRunner(cfg, run_dir).run()
             assert history is not None  # this process is the coordinator
     except KeyboardInterrupt:
         hint = f"; continue with --resume {run_dir.path}" if run_dir is not None else ""
-        print(f"\ninterrupted: finished rounds are saved{hint}", file=sys.stderr)
+        print(f"\ninterrupted: finished rounds are saved{hint}", file=sys.stderr, flush=True)
+        if started and not contained:
+            abort(None, 130)  # the other ranks may be waiting for this one
         return 130
     except UsageError as err:
-        if comm is not None and not shared:
-            comm.bcast(None, root=0)  # the other ranks wait for the run: there is none
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except RunFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.code
+    finally:
+        if comm is not None and not started:
+            send(comm, Kind.REFUSED)  # the other ranks wait for the run: there is none
     print(_summary(history, run_dir))
     return 0
 
 
 def _follow(argv: Sequence[str] | None, comm: Intracomm) -> int:
-    """An MPI rank other than 0: train its members of the run rank 0 set up (and reports on)."""
-    with contextlib.redirect_stderr(io.StringIO()):  # rank 0 prints what is wrong with the command line
+    """An MPI rank other than 0: check the command line as rank 0 does (which says what is wrong with it), then
+    take part in the run rank 0 sets up."""
+    with contextlib.redirect_stderr(io.StringIO()):
         build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    shared = comm.bcast(None, root=0)
-    if shared is None:
+    return follow_run(comm)
+
+
+def follow_run(comm: Intracomm) -> int:
+    """An MPI rank other than 0: train its members of the run rank 0 starts (and reports on); the exit code."""
+    message = receive(comm, Kind.START, Kind.REFUSED)
+    if message.kind is Kind.REFUSED:
         return 2  # rank 0 refused the input (or runs without MPI) and said why
-    raw, path = shared
+    raw, path, contained = message.payload
     try:
-        history = MPIRunner(resolve([raw]), RunDir(path), comm).run()
+        history = run_on_ranks(comm, contained, path, lambda: resolve([raw]))
     except KeyboardInterrupt:
-        return 130
-    except UsageError as err:  # the run's config does not hold on this rank's machine (an env, a GPU)
-        abort(f"rank {comm.Get_rank()}: {err}", 2)
+        abort(f"rank {comm.Get_rank()}: interrupted; the finished rounds are saved in {path}", 130)
+    except RunFailed as err:
+        return err.code  # rank 0 says what failed
     assert history is None
     return 0
 
@@ -212,9 +234,7 @@ def _setup(args: argparse.Namespace, comm: Intracomm | None,
     if layers and isinstance(layers[0].get("space"), dict):
         # A run's own config.yaml: rebuild the run under a new name, not into the folder it came from.
         layers[0] = {**layers[0], "run": {k: v for k, v in (layers[0].get("run") or {}).items() if k != "name"}}
-    layers = [*base, *layers]
-    if ranks > 1:
-        layers.insert(0, {"run": {"pop_size": max(RunSettings.pop_size, ranks)}})
+    layers = [*rank_layers(ranks), *base, *layers]
     cfg = resolve([*layers, {"run": flags, "strategy": strategy}], args.overrides)
     mpi = _use_mpi(cfg, comm)
     if cfg.run.name is None:
@@ -222,6 +242,12 @@ def _setup(args: argparse.Namespace, comm: Intracomm | None,
     run_dir = RunDir(Path(args.run_dir) if args.run_dir else Path("runs") / cfg.run.name)
     run_dir.create()
     return cfg, run_dir, True, mpi
+
+
+def rank_layers(ranks: int) -> list[dict[str, Any]]:
+    """The config layer under every other of a run on ``ranks`` MPI ranks: one member per rank, at least the
+    usual population."""
+    return [{"run": {"pop_size": max(RunSettings.pop_size, ranks)}}] if ranks > 1 else []
 
 
 def _resume(args: argparse.Namespace, flags: dict[str, object],
@@ -238,24 +264,41 @@ def _resume(args: argparse.Namespace, flags: dict[str, object],
     stored = load_yaml(run_dir.config)
     old = resolve([stored])
     cfg = resolve([stored, {"run": flags}], args.overrides)
+    # The record of the pbx that started the run stays (a folder from before pbx recorded itself has none);
+    # the start line says when another one continues it.
+    old.provenance = cfg.provenance = stored.get(PROVENANCE)
     if cfg.run.max_budget is not None and old.run.max_budget is not None and cfg.run.max_budget < old.run.max_budget:
         raise UsageError(f"--resume may extend max_budget, not cut it: {cfg.run.max_budget:,} < "
                          f"{old.run.max_budget:,} (the run's)")
     return cfg, run_dir, cfg.to_dict() != old.to_dict()
 
 
-def _start_line(cfg: RunConfig, run_dir: RunDir, ranks: int = 1) -> str:
-    """What will be trained; a member that rounds a round's steps (PPO: whole rollouts) says what it really trains."""
+def _start_line(cfg: RunConfig, run_dir: RunDir, ranks: int = 1, resumed: bool = False) -> str:
+    """What will be trained: the strategy, the member and the space it searches; a member that rounds a round's
+    steps (PPO: whole rollouts) says what it really trains, and a resume by another pbx than the one that
+    started the run says so."""
     run = cfg.run
     where = f" on {ranks} MPI ranks ({run.comm})" if ranks > 1 else ""
-    line = (f"pbx: {run.search} on {run.env}, {run.pop_size} members{where} x {run.max_budget:,} steps "
+    line = (f"pbx: {run.search} on {run.env}, {cfg.member_cls.describe(cfg.member)} over {cfg.space_source} "
+            f"({', '.join(cfg.space.names)}), {run.pop_size} members{where} x {run.max_budget:,} steps "
             f"({run.rounds} rounds of {run.t_ready:,}), seed {run.seed} -> {run_dir.path}")
     trained = [cfg.trained_steps(r) for r in range(run.rounds)]
     if trained != [cfg.round_steps(r) for r in range(run.rounds)]:
         last = f" ({trained[-1]:,} in the last)" if trained[-1] != trained[0] else ""
         line += (f"\nnote: t_ready or max_budget is not whole rollouts: each member really trains "
                  f"{trained[0]:,} steps per round{last}, {cfg.total_steps():,} in total")
+    if resumed and cfg.provenance != provenance():
+        line += "\nnote: " + (f"this run was started by {_pbx(cfg.provenance)}" if cfg.provenance is not None else
+                              "this run's config.yaml does not say which pbx started it (it predates the record)")
+        line += (f"; it continues with {_pbx(provenance())}, which trains the rounds from here on (config.yaml "
+                 f"keeps its record of the start)")
     return line
+
+
+def _pbx(record: Mapping[str, Any]) -> str:
+    """``pbx 0.1.0 (commit abc...)``, or without the commit where there is none (a plain install)."""
+    commit = record.get("commit")
+    return f"pbx {record.get('version')}" + (f" (commit {commit})" if commit else "")
 
 
 def _summary(history: History, run_dir: RunDir) -> str:

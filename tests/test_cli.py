@@ -107,7 +107,8 @@ def test_unknown_search_in_a_subprocess_has_no_traceback() -> None:
     proc = subprocess.run([sys.executable, "-m", "pbx.train", "--env", "toy", "--search", "PB3"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr == "error: unknown --search 'PB3'; choose from none, random, PBT, PB2, replay (any case; Fixed = none)\n"
+    assert proc.stderr.startswith("error: unknown --search 'PB3'; choose from none, random, PBT, PB2, ")
+    assert proc.stderr.endswith("replay (any case; Fixed = none)\n") and proc.stderr.count("\n") == 1
 
 
 def test_batchsize_says_it_is_the_population_size() -> None:

@@ -139,16 +139,32 @@ def test_slurm_array_runs_one_run_per_task(reference, tmp_path) -> None:
                      re.M)
 
 
-def test_mpi_ranks_follow_each_run_of_rank_0(reference, tmp_path) -> None:
+def test_an_mpi_sweep_goes_on_past_runs_that_fail_on_any_rank(reference, tmp_path) -> None:
     exp, _ = reference
-    args = [str(exp), "--out", str(tmp_path / "sweep"), "--seeds", "1", "-m", "max_budget=8"]
+    out = tmp_path / "sweep"
+    args = [str(exp), "--out", str(out), "--seeds", "2", "-m", "max_budget=8"]
     assert main([*args, "--only", "0"]) == 0  # finished before the launch: rank 0 skips it, the others too
     mpiexec = Path(sys.executable).parent / "mpiexec"
-    proc = subprocess.run([str(mpiexec), "-n", "2", sys.executable, "-m", "pbx.sweep", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "[1/3] none/seed0: skipped" in proc.stdout and "[3/3] PB2/seed0: done" in proc.stdout
-    assert "4 members on 2 MPI ranks" in (tmp_path / "sweep/PB2/seed0/train.log").read_text()
+    (out / "PBT/seed0").mkdir(parents=True)
+    with RunDir(out / "PBT/seed0").lock():  # held by this process: the run fails at setup, on rank 0
+        # none/seed1's member 1, on rank 1, raises in its second round
+        proc = subprocess.run([str(mpiexec), "-n", "2", sys.executable, "tests/mpi/fail_member.py", "1", "1",
+                               "none/seed1", "sweep", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [re.sub(r"^\[(\d)/6\] (\S+): (\w+).*", r"\1 \2 \3", line) for line in lines[1:]] == \
+        ["1 none/seed0 skipped", "2 PBT/seed0 started", "2 PBT/seed0 failed", "3 PB2/seed0 started",
+         "3 PB2/seed0 done", "4 none/seed1 started", "4 none/seed1 failed", "5 PBT/seed1 started", "5 PBT/seed1 done",
+         "6 PB2/seed1 started", "6 PB2/seed1 done"], proc.stdout
+    assert "is in use by process" in proc.stderr and "MPI_Abort" not in proc.stderr  # contained, not the job's end
+    assert re.search(r"error: rank 1, member 1: RuntimeError: injected failure at 4 steps \(traceback in \S+"
+                     r"none/seed1/error-rank1.txt\)", proc.stderr), proc.stderr
+    assert "error: 2 of 6 runs failed: PBT/seed0 (exit 2); none/seed1 (exit 1)" in proc.stderr
+    assert "4 members on 2 MPI ranks" in (out / "PB2/seed1/train.log").read_text()
+    assert len(_history(out / "none/seed1")) == 4  # its first round stays
+    assert main(args) == 0  # the rerun starts the one and resumes the other
+    for run in ("PBT/seed0", "none/seed1"):
+        assert _history(out / run)["round"].max() == 1
 
 
 def test_variants_that_are_not_a_cross_product(tmp_path) -> None:

@@ -58,15 +58,17 @@ def member_class(env: str, hyperparameters: Iterable[str] = ()) -> type[Member]:
     return PPOMember
 
 
-def space_file(env: str, categorical: bool = False) -> str:
+def space_file(env: str, bandit: bool = False) -> str:
     """The search space (a file under ``search_spaces/``) of a run on ``env`` that names none.
 
-    ``categorical``: the run asks for categorical exploration (``--cat_exp``); on a
-    ProcGen game that is PB2-Mix's space, whose categorical hyperparameter is DrAC's
-    augmentation (the ProcGen paper's plain PPO space has none).
+    ``bandit``: a bandit picks the run's categories (``--cat_exp`` exp3, exp3_indep or
+    cocabo); on a ProcGen game that is PB2-Mix's space, whose categorical hyperparameter
+    is DrAC's augmentation (the ProcGen paper's plain PPO space has none). ``random`` and
+    ``fixed`` take the env's own space, as leaving ``--cat_exp`` out does: DrAC comes only
+    from a bandit, a space with an augmentation, or an explicit setting.
     """
     cls = member_class(env)
-    if categorical and env not in REGISTERED and cls is not ToyMember:
+    if bandit and env not in REGISTERED and cls is not ToyMember:
         from pbx.envs import is_procgen
         from pbx.members.drac import DrACMember
 

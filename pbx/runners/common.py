@@ -8,12 +8,14 @@ uninterrupted synchronous run makes. The test set is drawn from a seed of
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
 import os
+import sys
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -48,6 +50,41 @@ def eval_seed(seed: int, round_: int) -> int:
 def initial_configs(strategy: Strategy, cfg: RunConfig) -> list[Config]:
     """Each member's starting config, drawn with the run's pre-round generator."""
     return strategy.initial_configs(cfg.space, cfg.run.pop_size, round_rng(cfg.run.seed, -1))
+
+
+@contextlib.contextmanager
+def torch_state_kept() -> Iterator[None]:
+    """Leave the process's global torch state as the run found it.
+
+    A member may set process-wide torch state for its run (PPO's ``deterministic``:
+    deterministic algorithms, cuDNN's flags, ``CUBLAS_WORKSPACE_CONFIG``; its thread
+    count), which would otherwise carry over to the next run of an in-process sweep.
+    Kept: those, the intra-op thread count and torch's global generator (the
+    inter-op thread count can be set once per process only, and no member sets it).
+    Without torch imported (the toy's runs) there is nothing to keep; a member's
+    module that uses torch imports it when the run's config is resolved, before this.
+    """
+    if "torch" not in sys.modules:
+        yield
+        return
+    import torch
+
+    cudnn = torch.backends.cudnn
+    deterministic = (torch.are_deterministic_algorithms_enabled(),
+                     torch.is_deterministic_algorithms_warn_only_enabled())
+    flags, threads, rng = (cudnn.deterministic, cudnn.benchmark), torch.get_num_threads(), torch.get_rng_state()
+    workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        cudnn.deterministic, cudnn.benchmark = flags
+        torch.set_num_threads(threads)
+        torch.set_rng_state(rng)
+        if workspace is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
 
 
 def finite_or_nan(value: float) -> float:

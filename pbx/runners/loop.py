@@ -20,16 +20,17 @@ an uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence, TypeVar
+from typing import Callable, ContextManager, Mapping, Sequence, TypeVar
 
 from pbx.config import RunConfig
 from pbx.errors import UsageError
 from pbx.history import History, Row
 from pbx.run_dir import RunDir
-from pbx.runners.common import RunRecorder, eval_seed, initial_configs, round_rng
+from pbx.runners.common import RunRecorder, eval_seed, initial_configs, round_rng, torch_state_kept
 from pbx.space import Config
 from pbx.strategies import Decision, Strategy
 
@@ -49,13 +50,25 @@ class Trained:
     """Why ``score`` is NaN (no episode to score, diverged), for the round line."""
 
 
+class RunFailed(Exception):
+    """The run failed on one of its processes: raised on every process of a run whose failures are contained
+    (a sweep's run under MPI), so that all of them leave the run together and can take the next one."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+        """The exit code the failure gives: 2 for bad input or a damaged run folder, 1 for anything else."""
+
+
 class Executor(ABC):
     """Where members live and train: the one part that differs between runners.
 
     Every process of a run runs the loop with its executor. One of them, the
     *coordinator*, also records rounds and takes the decisions; :meth:`share` hands
     its values to the others (the synchronous runner has one process, which is
-    the coordinator, and sharing is the identity).
+    the coordinator, and sharing is the identity). Between two exchanges each
+    process works on its own; :meth:`together` is where they learn of each other's
+    failures, so none is left waiting for a process that has given up.
     """
 
     coordinator: bool = True
@@ -66,9 +79,15 @@ class Executor(ABC):
     def owned(self) -> list[int]:
         """The members this process trains (and whose checkpoint files it writes and prunes)."""
 
-    def share(self, value: T) -> T:
-        """The coordinator's ``value``, on every process (other processes pass None)."""
-        return value
+    def share(self, compute: Callable[[], T]) -> T:
+        """``compute()`` run on the coordinator (only), its value on every process."""
+        return compute()
+
+    def together(self) -> ContextManager[None]:
+        """A block every process runs on its own, holding no exchange: an exception in it on one process is,
+        when the run contains its failures, raised as :class:`RunFailed` on every process once all have
+        finished the block. One process: the block as it is."""
+        return contextlib.nullcontext()
 
     @abstractmethod
     def build(self, configs: Sequence[Config]) -> None:
@@ -113,30 +132,40 @@ class RoundLoop:
     def run(self) -> History | None:
         """Train from the start or from the last finished round in the run folder.
 
-        Returns the history on the coordinator, None on the other processes.
+        Returns the history on the coordinator, None on the other processes. The
+        process's global torch state is as it was before (:func:`torch_state_kept`), so
+        the next run of an in-process sweep starts clean.
         """
+        with torch_state_kept():
+            return self._run()
+
+    def _run(self) -> History | None:
         cfg, executor = self.cfg, self.executor
-        recorder = RunRecorder(cfg, self.run_dir) if executor.coordinator else None
+        recorder: RunRecorder | None = None
+
+        def start() -> tuple[int, dict[int, int], float]:
+            nonlocal recorder
+            recorder = RunRecorder(cfg, self.run_dir)
+            return self._start(recorder)
+
         try:
-            first, steps, offset = executor.share(self._start(recorder) if recorder is not None else None)
+            first, steps, offset = executor.share(start)  # the coordinator's alone: it reads the history
             if first >= cfg.run.rounds:
                 return recorder.history if recorder is not None else None  # finished already: nothing to build
             executor.build(initial_configs(self.strategy, cfg))
             if first > 0:
                 self._restore(recorder, first - 1, steps)
-            start = time.perf_counter() - offset
+            start_time = time.perf_counter() - offset
             for r in range(first, cfg.run.rounds):
                 advance = recorder.console.advance if recorder is not None else _ignore
                 trained = executor.train_round(r, cfg.round_steps(r), self._test_seed(r), advance)
-                decisions = None
-                if recorder is not None:
-                    history = recorder.round_done(self._rows(r, trained, time.perf_counter() - start))
-                    decisions = self._decide(history, r) if r + 1 < cfg.run.rounds else []
-                    recorder.decided(r, decisions, {t.member: t.note for t in trained if t.note})
+
                 # Shared only once the round is in the history: from then on its checkpoints are
                 # what a resume starts from, and the older ones can go.
-                decisions = executor.share(decisions)
-                self.run_dir.prune_checkpoints(keep_round=r, members=executor.owned)
+                wall_s = time.perf_counter() - start_time
+                decisions = executor.share(lambda: self._record(recorder, r, trained, wall_s))
+                with executor.together():
+                    self.run_dir.prune_checkpoints(keep_round=r, members=executor.owned)
                 self._apply(decisions, r)
             return recorder.history if recorder is not None else None
         finally:
@@ -165,14 +194,27 @@ class RoundLoop:
         return eval_seed(self.cfg.run.seed, r) if due else None
 
     def _restore(self, recorder: RunRecorder | None, last: int, steps: Mapping[int, int]) -> None:
-        self.run_dir.prune_checkpoints(keep_round=last, members=self.executor.owned)
+        with self.executor.together():
+            self.run_dir.prune_checkpoints(keep_round=last, members=self.executor.owned)
         self.executor.restore(last, steps)
         if last + 1 < self.cfg.run.rounds:
-            decisions = None
-            if recorder is not None:
-                decisions = self._decide(recorder.history, last)
-                recorder.record_decisions(last, decisions)
-            self._apply(self.executor.share(decisions), last)
+            self._apply(self.executor.share(lambda: self._redecide(recorder, last)), last)
+
+    def _record(self, recorder: RunRecorder | None, r: int, trained: Sequence[Trained],
+                wall_s: float) -> list[Decision]:
+        """Write round ``r`` to the history and print its line; the decisions taken after it (coordinator only)."""
+        assert recorder is not None
+        history = recorder.round_done(self._rows(r, trained, wall_s))
+        decisions = self._decide(history, r) if r + 1 < self.cfg.run.rounds else []
+        recorder.decided(r, decisions, {t.member: t.note for t in trained if t.note})
+        return decisions
+
+    def _redecide(self, recorder: RunRecorder | None, last: int) -> list[Decision]:
+        """The decisions taken after round ``last``, again, for a resume (coordinator only)."""
+        assert recorder is not None
+        decisions = self._decide(recorder.history, last)
+        recorder.record_decisions(last, decisions)
+        return decisions
 
     def _rows(self, r: int, trained: Sequence[Trained], wall_s: float) -> list[Row]:
         rows = []

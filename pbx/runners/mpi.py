@@ -20,22 +20,33 @@ Each rank writes its own members' checkpoints and TensorBoard folders; only the
 coordinator writes ``history.csv``, ``strategy.csv``, ``config.yaml``, the
 population's TensorBoard and the terminal, and holds the run folder's lock.
 
+Outside a run's rounds, rank 0 speaks to the others in :class:`Message` s of an
+explicit :class:`Kind`: a run starts (its config, folder and failure mode) or is
+refused, and, in a sweep, another run follows or the sweep ends.
+
 Failure: an exception on any rank prints one ``error:`` line naming the rank
-and member and ends that process at once; the launcher (Hydra, ``srun``) then
-stops every other rank, so the job ends within seconds with a non-zero code and
-no process left behind, as it does when a rank is killed. Finished rounds are
-in the history, and ``--resume`` (with any number of ranks, or none) completes
-the run.
+and member and ends the whole job with ``MPI_Abort``, whatever the other ranks
+are waiting for, so no launcher setting is needed (an interrupted rank, a
+scheduler's SIGTERM, ends it the same way). Finished rounds are in the history,
+and ``--resume`` (with any number of ranks, or none) completes the run. A rank
+killed outright (SIGKILL, out of memory) cannot say so: the launcher ends the
+others (``mpiexec`` does; ``srun`` with ``--kill-on-bad-exit=1``). A sweep's
+run contains its failures instead: every rank learns of one at the next point
+where they meet (:meth:`MPIExecutor.together`), leaves the run with
+:class:`~pbx.runners.loop.RunFailed`, and the sweep goes on to its next run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import os
 import sys
 import tempfile
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NoReturn, Sequence
 
 import numpy as np
 
@@ -43,7 +54,7 @@ from pbx.config import RunConfig
 from pbx.errors import UsageError
 from pbx.history import History
 from pbx.run_dir import RunDir
-from pbx.runners.loop import Executor, RoundLoop, T, Trained
+from pbx.runners.loop import Executor, RoundLoop, RunFailed, T, Trained
 from pbx.runners.sync import LocalExecutor
 from pbx.space import Config
 from pbx.strategies import Decision
@@ -65,13 +76,83 @@ def world() -> Intracomm | None:
     return MPI.COMM_WORLD
 
 
+class Kind(enum.Enum):
+    """What a message from rank 0 says (outside a run's rounds, every broadcast is a :class:`Message`)."""
+
+    START = "start"
+    """A run starts: its resolved config, folder, and whether it contains its failures (:func:`run_on_ranks`)."""
+    REFUSED = "refused"
+    """Rank 0 refused the run (bad input, a folder in use, an interruption) and said why: there is none."""
+    RUN = "run"
+    """A sweep's next run follows (``pbx.sweep``)."""
+    END = "end"
+    """The sweep has no more runs."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """One broadcast from rank 0: its :class:`Kind` and what goes with it."""
+
+    kind: Kind
+    payload: Any = None
+
+
+def send(comm: Intracomm, kind: Kind, payload: Any = None) -> None:
+    """Rank 0: tell every other rank ``kind`` (with ``payload``)."""
+    comm.bcast(Message(kind, payload), root=0)
+
+
+def receive(comm: Intracomm, *kinds: Kind) -> Message:
+    """Another rank: rank 0's next message, which must be of one of ``kinds``; anything else means the ranks
+    run different commands or pbx versions, and ends the job."""
+    message = comm.bcast(None, root=0)
+    if not isinstance(message, Message) or message.kind not in kinds:
+        abort(f"rank {comm.Get_rank()}: rank 0 sent {message!r} where {' or '.join(k.value for k in kinds)} was "
+              f"due: the ranks run different commands or pbx versions", 1)
+    return message
+
+
+def failure(err: BaseException, rank: int, member: int | None, folder: Path) -> tuple[str, int]:
+    """The one line that says where ``err`` happened and what it was, and the exit code it gives; the traceback
+    of anything but bad input (:class:`UsageError`: code 2) goes to ``folder/error-rankR.txt`` (code 1)."""
+    where = f"rank {rank}" + (f", member {member}" if member is not None else "")
+    if isinstance(err, UsageError):
+        return f"{where}: {err}", 2
+    folder.mkdir(parents=True, exist_ok=True)  # a rank on another machine, without a shared file system
+    log = folder / f"error-rank{rank}.txt"
+    log.write_text("".join(traceback.format_exception(err)))
+    return f"{where}: {type(err).__name__}: {err} (traceback in {log})", 1
+
+
+@contextlib.contextmanager
+def together(comm: Intracomm, contained: bool, describe: Callable[[Exception], tuple[str, int]]) -> Iterator[None]:
+    """A block every rank runs on its own (it holds no exchange between ranks).
+
+    ``contained``: an exception in it on any rank is :class:`RunFailed` on every rank,
+    raised once all have finished the block (one ``allgather``; the first failing
+    rank's ``describe(err)`` is the message). Otherwise the exception goes up on its
+    rank alone, which ends the job (:func:`run_on_ranks`), and no exchange is added.
+    """
+    if not contained:
+        yield
+        return
+    mine = None
+    try:
+        yield
+    except Exception as err:  # noqa: BLE001 - whatever it is, every rank must hear of it
+        mine = describe(err)
+    failures = [f for f in comm.allgather(mine) if f is not None]
+    if failures:
+        raise RunFailed(*failures[0])
+
+
 class MPIExecutor(Executor):
     """This rank's members, trained locally; results gathered and checkpoints moved over MPI."""
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, comm: Intracomm) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, comm: Intracomm, contained: bool = False) -> None:
         from mpi4py import MPI
 
-        self.cfg, self.run_dir, self.comm = cfg, run_dir, comm
+        self.cfg, self.run_dir, self.comm, self.contained = cfg, run_dir, comm, contained
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)  # the ranks on this machine
         self.local = LocalExecutor(cfg, run_dir, [i for i in range(cfg.run.pop_size) if self.owner(i) == self.rank],
@@ -86,19 +167,33 @@ class MPIExecutor(Executor):
     def owned(self) -> list[int]:
         return self.local.indices
 
-    def share(self, value: T) -> T:
+    def share(self, compute: Callable[[], T]) -> T:
+        value = None
+        with self.together():
+            if self.coordinator:
+                value = compute()
         return self.comm.bcast(value, root=0)
 
+    def together(self) -> contextlib.AbstractContextManager[None]:
+        return together(self.comm, self.contained, self.describe)
+
+    def describe(self, err: BaseException) -> tuple[str, int]:
+        """:func:`failure` of ``err`` on this rank, naming the member it was busy with."""
+        return failure(err, self.rank, self.local.current, self.run_dir.path)
+
     def build(self, configs: Sequence[Config]) -> None:
-        self.run_dir.checkpoints.mkdir(parents=True, exist_ok=True)  # a rank on another machine makes its own
-        self.local.build(configs)
+        with self.together():
+            self.run_dir.checkpoints.mkdir(parents=True, exist_ok=True)  # a rank on another machine makes its own
+            self.local.build(configs)
 
     def restore(self, round_: int, steps: Mapping[int, int]) -> None:
-        self.local.restore(round_, steps)
+        with self.together():
+            self.local.restore(round_, steps)
 
     def train_round(self, round_: int, steps: int, test_seed: int | None,
                     advance: Callable[[int], None]) -> list[Trained]:
-        mine = self.local.train_round(round_, steps, test_seed, advance)
+        with self.together():
+            mine = self.local.train_round(round_, steps, test_seed, advance)
         gathered = self.comm.gather(mine, root=0)
         if gathered is None:
             return []
@@ -107,8 +202,14 @@ class MPIExecutor(Executor):
         return sorted(mine + others, key=lambda t: t.member)
 
     def apply(self, decisions: Sequence[Decision], round_: int) -> None:
-        received = self._move_checkpoints(decisions, round_)
-        with tempfile.TemporaryDirectory(prefix="pbx-recv-") as tmp:
+        pairs = sorted({(d.donor, self.owner(d.member)) for d in decisions
+                        if d.copies and self.owner(d.donor) != self.owner(d.member)})
+        with self.together():  # read before any exchange: a rank that cannot send must not leave others waiting
+            outgoing = {donor: self.run_dir.checkpoint(donor, round_).read_bytes()
+                        for donor, _ in pairs if self.owner(donor) == self.rank}
+        received = self._broadcast(pairs, outgoing) if self.cfg.run.comm == "collective" \
+            else self._point_to_point(pairs, outgoing)
+        with self.together(), tempfile.TemporaryDirectory(prefix="pbx-recv-") as tmp:
             for donor, data in received.items():
                 (Path(tmp) / f"member_{donor}.ckpt").write_bytes(data)
 
@@ -121,22 +222,15 @@ class MPIExecutor(Executor):
     def close(self) -> None:
         self.local.close()
 
-    def _move_checkpoints(self, decisions: Sequence[Decision], round_: int) -> dict[int, bytes]:
-        """Send this rank's donors' checkpoints where recipients need them; return what this rank received."""
-        pairs = sorted({(d.donor, self.owner(d.member)) for d in decisions
-                        if d.copies and self.owner(d.donor) != self.owner(d.member)})
-        if self.cfg.run.comm == "collective":
-            return self._broadcast(pairs, round_)
-        return self._point_to_point(pairs, round_)
-
-    def _point_to_point(self, pairs: list[tuple[int, int]], round_: int) -> dict[int, bytes]:
-        """Non-blocking sends of every (donor, rank) pair first, then the receives: no ordering can deadlock."""
+    def _point_to_point(self, pairs: list[tuple[int, int]], outgoing: Mapping[int, bytes]) -> dict[int, bytes]:
+        """Send this rank's donors' checkpoints (``outgoing``) to each (donor, rank) pair that needs one; return
+        what this rank received. Non-blocking sends first, then the receives: no ordering can deadlock."""
         from mpi4py import MPI
 
         requests, buffers = [], []
         for donor, dest in pairs:
             if self.owner(donor) == self.rank:
-                data = np.frombuffer(self.run_dir.checkpoint(donor, round_).read_bytes(), dtype=np.uint8)
+                data = np.frombuffer(outgoing[donor], dtype=np.uint8)
                 size = np.array([data.size], dtype=np.int64)
                 buffers += [size, data]  # alive until the sends complete
                 requests += [self.comm.Isend(size, dest=dest, tag=2 * donor),
@@ -152,13 +246,12 @@ class MPIExecutor(Executor):
         MPI.Request.Waitall(requests)
         return received
 
-    def _broadcast(self, pairs: list[tuple[int, int]], round_: int) -> dict[int, bytes]:
+    def _broadcast(self, pairs: list[tuple[int, int]], outgoing: Mapping[int, bytes]) -> dict[int, bytes]:
         """One broadcast per donor that crosses ranks, from the donor's rank to every rank."""
         received = {}
         for donor in sorted({donor for donor, _ in pairs}):
             root = self.owner(donor)
-            data = np.frombuffer(bytearray(self.run_dir.checkpoint(donor, round_).read_bytes()), dtype=np.uint8) \
-                if self.rank == root else None
+            data = np.frombuffer(bytearray(outgoing[donor]), dtype=np.uint8) if self.rank == root else None
             size = np.array([data.size if data is not None else 0], dtype=np.int64)
             self.comm.Bcast(size, root=root)
             if data is None:
@@ -172,33 +265,46 @@ class MPIExecutor(Executor):
 class MPIRunner(RoundLoop):
     """The round loop with the population spread over the ranks of ``comm``."""
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, comm: Intracomm) -> None:
-        super().__init__(cfg, run_dir, MPIExecutor(cfg, run_dir, comm))
-
-    def run(self) -> History | None:
-        """As :meth:`RoundLoop.run`; an error on this rank ends the job with one line naming rank and member."""
-        executor = self.executor
-        assert isinstance(executor, MPIExecutor)
-        try:
-            return super().run()
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as err:  # noqa: B036 - any failure must end the whole job, not hang it
-            where = f"rank {executor.rank}" + (f", member {executor.local.current}"
-                                               if executor.local.current is not None else "")
-            if isinstance(err, UsageError):
-                abort(f"{where}: {err}", 2)
-            log = self.run_dir.path / f"error-rank{executor.rank}.txt"
-            log.write_text("".join(traceback.format_exception(err)))
-            abort(f"{where}: {type(err).__name__}: {err} (traceback in {log})", 1)
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, comm: Intracomm, contained: bool = False) -> None:
+        super().__init__(cfg, run_dir, MPIExecutor(cfg, run_dir, comm, contained))
 
 
-def abort(message: str, code: int) -> NoReturn:
-    """Print ``error: message`` and end this process now; the MPI launcher then ends every other rank.
+def run_on_ranks(comm: Intracomm, contained: bool, path: Path, config: Callable[[], RunConfig]) -> History | None:
+    """This rank's part of a run under MPI, once rank 0 has sent :data:`Kind.START`.
 
-    ``os._exit`` and not ``MPI.Abort``: Hydra then stops the job without its own
-    banner, and no rank waits in a collective for one that will never come.
+    ``config``: rank 0's resolved config; on another rank, rank 0's resolved again on
+    this rank's machine, where an env or a GPU may be missing, so the rounds begin only
+    once every rank has its config. Returns the history on rank 0, None elsewhere.
+    ``contained``: a failure is :class:`RunFailed` on every rank (a sweep's run);
+    otherwise the failing rank prints one line and ends the job (:func:`abort`).
     """
+    rank = comm.Get_rank()
+    runner: MPIRunner | None = None
+
+    def describe(err: BaseException) -> tuple[str, int]:
+        if runner is not None:
+            executor = runner.executor
+            assert isinstance(executor, MPIExecutor)
+            return executor.describe(err)
+        return failure(err, rank, None, path)
+
+    try:
+        with together(comm, contained, describe):
+            cfg = config()
+        runner = MPIRunner(cfg, RunDir(path), comm, contained)
+        return runner.run()
+    except (KeyboardInterrupt, SystemExit, RunFailed):
+        raise
+    except BaseException as err:  # noqa: B036 - any failure must end the whole job, not hang it
+        abort(*describe(err))
+
+
+def abort(message: str | None, code: int) -> NoReturn:
+    """Print ``error: message`` (when there is one) and end the whole job: ``MPI_Abort`` stops every rank,
+    whatever it is waiting for, with no launcher setting needed (the launcher adds one line of its own)."""
+    from mpi4py import MPI
+
     sys.stdout.flush()
-    print(f"error: {message}", file=sys.stderr, flush=True)
-    os._exit(code)
+    if message is not None:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    MPI.COMM_WORLD.Abort(code)
