@@ -9,10 +9,10 @@
   categorical hyperparameter, its arms the choices. They differ in PB2's GP
   (see :mod:`pbx.strategies.pb2`).
 
-The bandit's plays are the history's intervals: each member's round counts as a
-play of the category it ran, its reward the interval's improvement rate,
-min-max normalised over PB2's window (several members on one category in a
-round: their mean). The reference code draws categories with
+The bandit's plays are the history's intervals, each its own update as in the
+reference code, its reward the interval's improvement rate min-max normalised
+over PB2's window. Which intervals are plays is :data:`EXP3_PLAYS`. The
+reference code draws categories with
 ``round(U * (K - 1))``, which gives the first and last choice half the chance of
 the others; every draw here is uniform (:meth:`pbx.space.Categorical.sample`).
 """
@@ -26,13 +26,24 @@ import numpy as np
 
 from pbx.errors import UsageError
 from pbx.space import Categorical, Config, Space, Value
-from pbx.strategies.exp3 import Exp3M, exp3m_gamma
+from pbx.strategies.exp3 import Exp3M, Play, exp3m_gamma
 
 CAT_EXPS = ("random", "fixed", "exp3_dep", "exp3_indep", "cocabo")
 """The ``--cat_exp`` values (the reference code's names)."""
 ALIASES = {"exp3": "exp3_dep"}
 BANDITS = ("exp3_dep", "exp3_indep", "cocabo")
 """The values whose categories EXP3 picks."""
+EXP3_PLAYS = ("all", "drawn")
+"""The values of PB2's ``exp3_plays``: which of the bandit's plays count as drawn.
+
+Every member's round is a play of the category it ran, its own update. ``all``
+(the reference code's) weighs each by the chance the round's draw had of its
+category, as if the bandit had drawn it. ``drawn`` does so only for the members
+explored at the round's start, whose category the bandit did draw; a member
+that kept running was certain to run its category, so its round counts at
+chance 1. Weighed as if drawn, those rounds inflate the categories the
+population already holds (Exp3.M's estimate is unbiased only for drawn plays).
+"""
 SHARE_PER_ROUND = 0.1
 """Exp3.S's fixed share is ``SHARE_PER_ROUND / rounds``, the reference code's rate. Exp3.S's bound
 takes ``1 / rounds``; on an 8-arm problem of 200 rounds with one clearly best arm that pulls the
@@ -108,26 +119,27 @@ class CategoryBandits:
     weights: dict[str, np.ndarray]
 
     @classmethod
-    def replay(cls, space: Space, rounds: np.ndarray, cats: np.ndarray, rate: np.ndarray, run_rounds: int,
-               plays: int) -> CategoryBandits:
+    def replay(cls, space: Space, rounds: np.ndarray, cats: np.ndarray, rate: np.ndarray, explored: np.ndarray,
+               run_rounds: int, plays: int, exp3_plays: str) -> CategoryBandits:
         """The bandits after the window's intervals.
 
         Args:
             rounds, cats, rate: each interval's round (n,), category codes (n, m) and improvement rate (n,).
+            explored: (n,) whether the interval's config was chosen by an explore at its start (its
+                categories drawn by the bandits).
             run_rounds: the run's planned rounds (``T`` of the exploration and share rates).
             plays: members explored per round by the selection (``k`` of Exp3.M).
+            exp3_plays: which plays count as drawn (:data:`EXP3_PLAYS`).
         """
         low, high = (float(rate.min()), float(rate.max())) if len(rate) else (0.0, 0.0)
         reward = (rate - low) / (high - low) if high > low else np.zeros(len(rate))
+        drawn = np.asarray(explored, dtype=bool) if exp3_plays == "drawn" else np.ones(len(rate), dtype=bool)
+        by_round = [np.flatnonzero(rounds == r) for r in np.unique(rounds)]
         bandits, weights = {}, {}
         for column, name in enumerate(space.categorical):
             arms = len(space.params[name].choices)  # type: ignore[union-attr]
             bandit = Exp3M(arms, plays, exp3m_gamma(arms, plays, run_rounds), SHARE_PER_ROUND / max(run_rounds, 1))
-            history = []
-            for r in np.unique(rounds):
-                at = rounds == r
-                arm_codes = cats[at, column].astype(int)
-                history.append({int(a): float(reward[at][arm_codes == a].mean()) for a in np.unique(arm_codes)})
+            history = [[Play(int(cats[i, column]), float(reward[i]), bool(drawn[i])) for i in at] for at in by_round]
             bandits[name], weights[name] = bandit, bandit.replay(history)
         return cls(space, bandits, weights)
 

@@ -25,13 +25,19 @@ Where this departs from the PB2 authors' code (``exp3.py``, ``deep_round.py``):
   members can get the same category in one round; here the ``k`` members explored
   in a round get ``k`` distinct arms (all arms, as evenly as possible, when
   ``k >= K``).
+- Both update once per member and round. Where the population ``B`` is below
+  ``K`` the reference divides the reward by a probability it has already
+  multiplied by ``B``, so each play moves the weights ``1/B`` of Exp3.M's step;
+  here every play is Exp3.M's step. The reference weighs every play as drawn;
+  here that is ``exp3_plays: all``, and the default weighs a member that kept
+  running at chance 1 (:data:`pbx.strategies.categorical.EXP3_PLAYS`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 from scipy.optimize import brentq
@@ -80,6 +86,17 @@ def exp3m_gamma(arms: int, plays: int, rounds: int) -> float:
     return min(1.0, math.sqrt(arms * math.log(arms / k) / ((math.e - 1) * k * max(rounds, 1))))
 
 
+class Play(NamedTuple):
+    """One interval the bandit learns from: a member's round on one arm."""
+
+    arm: int
+    reward: float
+    """In ``[0, 1]``."""
+    drawn: bool = True
+    """Whether the bandit drew the arm for this round; False: the member kept running on it, so it
+    was played for sure and its reward is not importance-weighted."""
+
+
 @dataclass(frozen=True)
 class Exp3M:
     """Exp3.M with the Exp3.S fixed share over ``arms`` arms, ``plays`` arms drawn per round.
@@ -88,11 +105,12 @@ class Exp3M:
     of each update); ``share``: fixed share per round (Exp3.S's ``alpha``, ``1/T``
     for a run of ``T`` rounds). Weights are kept normalised to sum 1.
 
-    In a population more arms are observed than drawn: every member's interval
-    is a play of its category, while the bandit draws only for the members explored.
-    :meth:`update` therefore takes any number of played arms and weighs each by its
-    probability under ``plays`` draws (at most ``K - 1``, so that not every arm is
-    certain and the weights keep learning).
+    In a population more arms are observed than drawn, and one round can play an
+    arm several times (members on one category): :meth:`update` takes any number of
+    :class:`Play`, each its own update as in the reference code, a drawn one weighed
+    by its arm's probability under ``plays`` draws (at most ``K - 1``, so that not every
+    arm is certain and the weights keep learning). Which intervals count as drawn is
+    the caller's choice (:data:`pbx.strategies.categorical.EXP3_PLAYS`).
     """
 
     arms: int
@@ -129,27 +147,28 @@ class Exp3M:
         p = k * ((1.0 - gamma) * w / w.sum() + gamma / K)
         return np.minimum(p, 1.0), capped
 
-    def update(self, weights: np.ndarray, rewards: Mapping[int, float]) -> np.ndarray:
-        """The weights after one round in which the arms ``rewards`` names were played.
+    def update(self, weights: np.ndarray, plays: Sequence[Play]) -> np.ndarray:
+        """The weights after one round of ``plays`` (an arm as often as it was played).
 
-        ``rewards``: arm -> reward in ``[0, 1]``, one entry per distinct arm played.
-        Played arms that are not capped grow by ``exp(k gamma x / (K p))``, the
-        importance-weighted reward under ``k = min(plays, K - 1)`` draws; every arm then
-        gets the fixed share ``e * share / K`` of the total.
+        Each play of an arm that is not capped multiplies its weight by ``exp(k gamma x /
+        K)``, ``x`` its reward divided by the chance it had of being played: the arm's
+        probability ``p`` under ``k = min(plays, K - 1)`` draws when drawn, else 1. ``p`` is
+        the round's, from before its first play, so the order of the plays does not
+        matter. Every arm then gets the fixed share ``e * share / K`` of the total.
         """
         w = np.asarray(weights, dtype=float)
-        if not rewards:
+        if not plays:
             return w
         k = max(min(self.plays, self.arms - 1), 1)
         p, capped = self.probabilities(w, k)
         estimate = np.zeros(self.arms)
-        for arm, reward in rewards.items():
-            estimate[arm] = reward / p[arm]
+        for arm, reward, drawn in plays:
+            estimate[arm] += reward / p[arm] if drawn else reward
         grown = np.where(capped, w, w * np.exp(k * self.gamma * estimate / self.arms))
         new = grown + math.e * self.share / self.arms * w.sum()
         return new / new.sum()
 
-    def replay(self, rounds: Sequence[Mapping[int, float]]) -> np.ndarray:
+    def replay(self, rounds: Sequence[Sequence[Play]]) -> np.ndarray:
         """The weights after ``rounds`` (oldest first), from uniform; draws nothing."""
         w = self.uniform()
         for rewards in rounds:

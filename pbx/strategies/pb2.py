@@ -64,7 +64,8 @@ from pbx.history import History
 from pbx.space import Config, Continuous, Space
 from pbx.strategies.acquisition import Acquisition, kappa, maximise
 from pbx.strategies.base import Decision, Explored, RoundContext
-from pbx.strategies.categorical import BANDITS, CAT_EXPS, CategoryBandits, codes, config_codes, fixed_values
+from pbx.strategies.categorical import (BANDITS, CAT_EXPS, EXP3_PLAYS, CategoryBandits, codes, config_codes,
+                                        fixed_values)
 from pbx.strategies.gp import FALLBACK_NOISE, Posterior, Scale, fit_kernel, quiet, standardise
 from pbx.strategies.pbt import PBT, PBTSettings, perturb
 
@@ -107,6 +108,13 @@ class PB2Settings(PBTSettings):
     ``running`` reached a best final Q of 1.19939 ± 0.00004 at population 2 against 1.19268 ± 0.01847
     (equal at population 4); on a drifting peak its picks were as close to the peak (+0.011 ± 0.015,
     and -0.016 ± 0.011 on 30 other seeds) and the population's final score higher (+349 ± 129)."""
+    exp3_plays: str = "drawn"
+    """Which of EXP3's plays (every member's round) are importance-weighted as drawn
+    (:data:`pbx.strategies.categorical.EXP3_PLAYS`): ``drawn``, those whose category the bandit
+    drew, or ``all``, as the reference code. Measured in ``benchmarks/bench_exp3.py`` (population
+    4, 20 seeds): with one better category of 4, ``drawn`` put 0.51 / 0.71 / 0.80 on it at 15 / 30 /
+    60 rounds (``all`` 0.68 / 0.79 / 0.81, PB2-Rand 0.60 / 0.63 / 0.63); with 8 equal categories
+    39% of its picks repeated a category the population held, 32% by chance (``all``: 50%, 29%)."""
 
     prior_mean: str = "lowest"
     """What the GP expects where it has no data: ``lowest`` (the lowest improvement rate of the window) or
@@ -123,6 +131,8 @@ class PB2Settings(PBTSettings):
             raise UsageError(f"pending must be one of {', '.join(PENDING)}, got {self.pending!r}")
         if self.prior_mean not in PRIOR_MEANS:
             raise UsageError(f"prior_mean must be one of {', '.join(PRIOR_MEANS)}, got {self.prior_mean!r}")
+        if self.exp3_plays not in EXP3_PLAYS:
+            raise UsageError(f"exp3_plays must be one of {', '.join(EXP3_PLAYS)}, got {self.exp3_plays!r}")
         for name in ("window", "fit_rows"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < MIN_ROWS:
@@ -147,11 +157,13 @@ class Intervals:
     """(n,) the round the interval was trained in."""
     cats: np.ndarray
     """(n, m) the interval's categorical hyperparameters as choice indices (:func:`categorical.codes`)."""
+    explored: np.ndarray
+    """(n,) whether the interval's config was chosen by an explore at its start (EXP3's ``drawn`` plays)."""
 
     def where(self, keep: np.ndarray) -> Intervals:
         """The intervals ``keep`` (a boolean mask) selects."""
         return Intervals(self.t[keep], self.reward[keep], self.unit[keep], self.rate[keep], self.round[keep],
-                         self.cats[keep])
+                         self.cats[keep], self.explored[keep])
 
 
 def intervals(history: History, space: Space, window: int) -> Intervals:
@@ -172,7 +184,7 @@ def intervals(history: History, space: Space, window: int) -> Intervals:
                             & np.all(np.isfinite(unit), 1))[-window:]
     return Intervals(rows["t"].to_numpy(float)[usable], rows["before"].to_numpy(float)[usable],
                      unit[usable], rate[usable], rows["round"].to_numpy(int)[usable],
-                     codes(space, rows, len(rows))[usable])
+                     codes(space, rows, len(rows))[usable], rows["explored"].to_numpy(bool)[usable])
 
 
 def unit_columns(rows: pd.DataFrame, space: Space) -> np.ndarray:
@@ -242,7 +254,8 @@ class PB2(PBT):
         data = intervals(history, space, self.settings.window)
         plan = RoundPlan({})
         if mode in BANDITS:
-            bandits = CategoryBandits.replay(space, data.round, data.cats, data.rate, *self._bandit_context(mode))
+            bandits = CategoryBandits.replay(space, data.round, data.cats, data.rate, data.explored,
+                                             *self._bandit_context(mode), self.settings.exp3_plays)
             plan = RoundPlan({}, bandits.draw(recipients, rng), bandits.info())
         elif mode == "fixed":
             plan = RoundPlan({}, [fixed_values(space, self.settings.fixed_cat_val)] * recipients)
