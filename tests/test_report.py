@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 import yaml
 
-from pbx.history import History, HistoryLog, Row, best_rows
+from pbx.history import EVALUATOR_ROLE, RESULT_ROLE, History, HistoryLog, Row, best_rows
 from pbx.report import main
-from pbx.reporting import LAST_K, default_out, headline, load_run, run_labels
+from pbx.reporting import LAST_K, default_out, headline, load_run, member_kind, run_labels
+from pbx.reporting.pooling import with_member_kind
 from pbx.space import Categorical, Continuous, Space
 
 from conftest import run_toy
@@ -233,7 +234,8 @@ def test_bad_input_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert main(list(args)) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
-        assert args[0] in err or message in ("more than once", "--last-k must be at least 1, got 0")
+        assert args[0] in err or message in ("more than once", "--last-k must be at least 1, got 0",
+                                             "need normalisation ranges")
     assert not (tmp_path / "toy" / "report").exists()  # checked before anything was written
 
 
@@ -289,3 +291,41 @@ def test_real_toy_run_reports_population_mean_and_last_k_beside_the_best_member(
     runner_columns, made_columns = ((tmp_path / name / "history.csv").read_text().splitlines()[0].split(",")
                                     for name in ("run", "made"))
     assert [c for c in runner_columns if c not in ("h0", "h1")] == [c for c in made_columns if c not in SPACE.names]
+
+
+def test_runs_of_different_experiments_are_not_pooled(tmp_path: Path) -> None:
+    """Three toy PBT runs of different population and budget under one label: one line naming the differing
+    keys and exit 2, nothing written; with --split, one group per experiment, the values in the labels."""
+    for name, pop, budget in (("a", 4, 40), ("b", 8, 24), ("c", 2, 32)):
+        run_toy(tmp_path / name, pop_size=pop, max_budget=budget)
+    folders = [str(tmp_path / name) for name in "abc"]
+    result = report(*folders, "--out", str(tmp_path / "out"))
+    assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: runs under 'PBT' are not one experiment: they differ in "
+                                    "run.max_budget, run.pop_size (")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "a" / "report").exists()
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main([*folders, "--out", str(tmp_path / "out"), "--split", "--reps", "20"]) == 0
+    table = (tmp_path / "out" / "comparison.md").read_text()
+    assert table_row(table, "PBT (max_budget=24, pop_size=8)")[1] == "1"
+
+
+def test_member_kind_in_labels_and_evaluators_are_not_results(tmp_path: Path) -> None:
+    """A PPO and a DrAC run of PBT on one game get labels that say which; a history's evaluator rows (a
+    ``role`` column) count for neither the best member nor the population mean, in the tables either."""
+    for name, space in (("ppo", SPACE), ("drac", Space({**SPACE.params, "aug_type": Categorical(("crop",))}))):
+        folder = tmp_path / name
+        folder.mkdir()
+        run = {"env": "bigfish", "search": "PBT", "pop_size": 2, "t_ready": 10, "max_budget": 10, "seed": 0}
+        (folder / "config.yaml").write_text(yaml.safe_dump({"run": run, "space": space.to_dict(), "member": {}}))
+        log = HistoryLog(folder / "history.csv", space, 2)
+        log.append([Row(m, 0, 10, 1.0, 1.0 + 9 * m, 2.0 + 9 * m, m, False, space.initial(), role)
+                    for m, role in enumerate((RESULT_ROLE, EVALUATOR_ROLE))])
+    runs = [load_run(tmp_path / name) for name in ("ppo", "drac")]
+    assert [member_kind(run) for run in runs] == ["PPO", "DrAC"]
+    assert with_member_kind(runs, run_labels(runs)) == ["PBT [PPO]", "PBT [DrAC]"]
+    head = headline(runs[0])
+    assert head.best == (1.0, 2.0) and head.population == (1.0, 2.0)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main([str(tmp_path / "ppo"), str(tmp_path / "drac"), "--out", str(tmp_path / "out"), "--reps", "20"]) == 0
+    assert table_row((tmp_path / "out" / "comparison.md").read_text(), "PBT [PPO]")[1:6] == ["1", "1", "2", "1", "2"]

@@ -6,6 +6,8 @@ import contextlib
 import csv
 import io
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib.image
@@ -15,9 +17,12 @@ import yaml
 from rliable import library as rly
 from rliable import metrics
 
+from pbx.config import resolve
+from pbx.history import HistoryLog, Row
 from pbx.report import main
 from pbx.reporting import stats
 from pbx.reporting.tables import interval_text
+from pbx.space import Space
 
 from conftest import run_toy
 
@@ -55,7 +60,7 @@ def table_row(markdown: str, label: str) -> list[str]:
     return [cell.strip() for cell in line.strip("|").split("|")]
 
 
-def cell(point: float, low: float, high: float, runs: int = len(SEEDS)) -> str:
+def cell(point: float, low: float, high: float, runs: int | str = len(SEEDS)) -> str:
     """A table cell: the estimate, its interval and the runs it rests on."""
     return f"{interval_text(point, low, high)} (n={runs})"
 
@@ -209,3 +214,101 @@ def test_bad_input_is_one_line_error(sweep: Path, tmp_path: Path, capsys: pytest
         assert err[-1].startswith("error: ") and message in err[-1], err
         assert all(line.startswith("note: ") for line in err[:-1])
     assert not (tmp_path / "out").exists()
+
+
+GAMES = ("bigfish", "coinrun", "jumper")
+EASY = {"bigfish": (1, 40), "coinrun": (5, 10), "jumper": (1, 10)}  # train-procgen's EASY_GAME_RANGES
+
+
+def procgen_run(folder: Path, env: str, search: str, seed: int, rounds: int = 3, t_ready: int = 512,
+                max_budget: int | None = None) -> None:
+    """A ProcGen run folder as the runner writes it (the resolved config, 2 members), with random scores inside
+    the game's range instead of training."""
+    cfg = resolve([{"run": {"env": env, "search": search, "seed": seed, "pop_size": 2, "t_ready": t_ready,
+                            "max_budget": max_budget or t_ready * rounds, "name": folder.name},
+                    "member": {"n_envs": 2, "n_steps": 256, "batch_size": 256}}])
+    folder.mkdir(parents=True)
+    cfg.write(folder / "config.yaml")
+    space = Space.from_dict(cfg.to_dict()["space"])
+    log = HistoryLog(folder / "history.csv", space, 2)
+    rng = np.random.default_rng([seed, len(search), len(env)])
+    low, high = EASY[env]
+    for r in range(cfg.run.rounds):
+        log.append([Row(m, r, (r + 1) * t_ready, float(r), float(rng.uniform(low, high)),
+                        float(rng.uniform(low, high)), m, False, space.initial()) for m in range(2)])
+
+
+@pytest.fixture(scope="module")
+def games_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One sweep folder over three ProcGen games x (none, PBT) x 2 seeds, env among the swept keys."""
+    root = tmp_path_factory.mktemp("games")
+    variants = [{"name": f"{env}-{search}", "settings": {"env": env, "search": search}}
+                for env in GAMES for search in ("none", "PBT")]
+    for variant in variants:
+        for seed in (0, 1):
+            procgen_run(root / variant["name"] / f"seed{seed}", **variant["settings"], seed=seed)
+    (root / "sweep.yaml").write_text(yaml.safe_dump({
+        "experiment": {"run": {"pop_size": 2, "t_ready": 512, "max_budget": 1536}}, "seeds": [0, 1],
+        "variants": variants, "baseline": "bigfish-none"}))
+    return root
+
+
+def normalised_final(sweep: Path, search: str, column: int) -> np.ndarray:
+    """(seeds, games) of final scores read off history.csv, min-max normalised with train-procgen's ranges."""
+    return np.array([[(final_score(sweep / f"{env}-{search}" / f"seed{seed}")[column] - EASY[env][0])
+                      / (EASY[env][1] - EASY[env][0]) for env in GAMES] for seed in (0, 1)])
+
+
+def test_games_table_equals_rliable_on_normalised_scores(games_sweep: Path) -> None:
+    """python -m pbx.report over a sweep with env swept: strategies without the env, rliable's four aggregates
+    and the probability of improvement on normalised scores over 2 seeds x 3 games, a row per game, and the
+    caution that 2 runs per game cannot give a 95% interval its coverage."""
+    done = subprocess.run([sys.executable, "-m", "pbx.report", str(games_sweep), "--reps", "200"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    table = (games_sweep / "report" / "statistics.md").read_text()
+    aggregates = [metrics.aggregate_iqm, metrics.aggregate_mean, metrics.aggregate_median,
+                  metrics.aggregate_optimality_gap]
+    for search in ("none", "PBT"):
+        scores = normalised_final(games_sweep, search, 0)
+        np.random.seed(stats.SEED)
+        point, interval = rly.get_interval_estimates(
+            {"x": scores}, lambda x: np.array([f(x) for f in aggregates]), reps=200)
+        expected = [cell(point["x"][i], *interval["x"][:, i], runs="2×3") for i in range(4)]
+        assert table_row(table, search)[1:6] == ["6", *expected]
+    np.random.seed(stats.SEED)
+    point, interval = rly.get_interval_estimates(
+        {"x": (normalised_final(games_sweep, "PBT", 0), normalised_final(games_sweep, "none", 0))},
+        metrics.probability_of_improvement, reps=200)
+    assert table_row(table, "PBT")[6] == cell(point["x"], *np.ravel(interval["x"]), runs="2×3")
+    assert table_row(table, "none")[6] == "baseline"
+    per_game = table.split("## Per game: mean train score")[1]
+    assert [table_row(per_game, env)[0] for env in GAMES] == list(GAMES)
+    assert table_row(per_game, "game") == ["game", "none", "PBT"]  # budget 1536 steps: no published column
+    assert "Caution: some intervals here cover the truth less often" in table and "IQM from 2 runs" in table
+    assert "PPO, published" not in table
+    for name in ("comparison.png", "intervals.png", "profile.png"):
+        assert matplotlib.image.imread(games_sweep / "report" / name)[..., :3].std() > 0.05
+
+
+def test_published_baseline_only_for_its_protocol_and_budget(tmp_path: Path) -> None:
+    """train-procgen's PPO beside runs of its protocol (easy, 200 levels, 25M steps); never beside others."""
+    procgen_run(tmp_path / "paper", "coinrun", "PBT", 0, t_ready=12_500_000, max_budget=25_000_000)
+    procgen_run(tmp_path / "short", "coinrun", "PBT", 0)
+    for name, shown in (("paper", True), ("short", False)):
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main([str(tmp_path / name), "--out", str(tmp_path / f"out-{name}"), "--reps", "20"]) == 0
+        table = (tmp_path / f"out-{name}" / "statistics.md").read_text()
+        assert ("| coinrun | " in table and "| 9.4 ± 0.1 |" in table and "| 8.7 ± 0.5 |" in table) == shown
+        assert ("PPO, published" in table and "running mean of the last 100 training episodes" in table) == shown
+
+
+def test_coverage_caution_names_the_cells_that_fall_short() -> None:
+    """The IQM from 10 runs per game reaches 90% in the benchmark, the mean does not, nor anything from 5."""
+    def est(runs: int, interval: bool = True) -> stats.Estimate:
+        return stats.Estimate(0.5, 0.4 if interval else float("nan"), 0.6, runs)
+
+    assert stats.coverage_caution([("IQM", est(10)), ("IQM", est(25)), ("mean", est(2, interval=False))]) is None
+    line = stats.coverage_caution([("IQM", est(10)), ("IQM", est(5)), ("mean", est(12)), ("P", est(3))])
+    assert line is not None and "\n" not in line
+    assert "(IQM from 5 runs, mean from 3 runs, mean from 12 runs per game)" in line and "71%, 87%, 92%" in line

@@ -1,6 +1,6 @@
 """Reporting: what ``python -m pbx.report`` and the docs make of run folders, one module per concern.
 
-- :mod:`~pbx.reporting.runs`: reading run and sweep folders, and which rows are results;
+- :mod:`~pbx.reporting.runs`: reading run and sweep folders;
 - :mod:`~pbx.reporting.scores`: a run's headline numbers and the score statistics use (``--score``);
 - :mod:`~pbx.reporting.pooling`: labels, and which runs are one experiment (fingerprints);
 - :mod:`~pbx.reporting.games`: normalisation ranges across games, the published baseline;
@@ -13,8 +13,8 @@
 
 from pbx.reporting.build import Options, default_out, generate
 from pbx.reporting.pooling import member_kind, pool, run_labels
-from pbx.reporting.runs import Run, load_run, load_sweep, result_rows
+from pbx.reporting.runs import Run, load_run, load_sweep
 from pbx.reporting.scores import LAST_K, SCORES, Headline, headline, run_score
 
 __all__ = ["LAST_K", "SCORES", "Headline", "Options", "Run", "default_out", "generate", "headline", "load_run",
-           "load_sweep", "member_kind", "pool", "result_rows", "run_labels", "run_score"]
+           "load_sweep", "member_kind", "pool", "run_labels", "run_score"]

@@ -41,7 +41,7 @@ def write_comparison(study: Study, out: Path, score: str) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "comparison.md").write_text(_headline_table(study))
     (out / "statistics.md").write_text("\n".join([
-        f"# {study.subject}: aggregate statistics (rliable)", "",
+        f"# {study.subject}: aggregate statistics (rliable)", "", f"Games: {', '.join(study.games)}.", "",
         *(markdown(table, level=2) for table in tables), _method_note(study, score), "", "Runs:",
         *runs_of(study, study.labels), ""]))
     (out / "statistics.tex").write_text(latex_document([(t, f"{study.subject}-{n}") for n, t in enumerate(tables)],
@@ -69,7 +69,8 @@ def _aggregate_table(study: Study, kind: str, summaries: Summaries) -> Table:
             if study.baseline is not None:
                 row.append("baseline" if label == study.baseline else estimate_cell(summary.improvement.get(label)))
         rows.append(row)
-    shown = [e for s in summaries.values() for found in (*s.aggregates.values(), s.improvement) for e in found.values()]
+    shown = [(name, e) for s in summaries.values()
+             for name, found in [*s.aggregates.items(), ("P", s.improvement)] for e in found.values()]
     scale = "normalised scores" if study.ranges is not None else "raw scores"
     return Table(f"{score_title(kind, study.k)}: aggregates over runs ({scale})",
                  ["strategy", "runs", *(f"{key}: {h}" for key, _ in COLUMNS for h in per_score)], rows,
@@ -84,7 +85,7 @@ def _game_table(study: Study, kind: str, column: int) -> Table:
     rows, shown = [], []
     for game in study.games:
         means = study.game_means(game, kind, column)
-        shown += means.values()
+        shown += [("mean", e) for e in means.values()]
         row = [game, *(estimate_cell(means.get(label), len(study.cells[label][game])) for label in study.labels)]
         if published:
             found = published.get(game)
@@ -99,8 +100,8 @@ def _published(study: Study, game: str) -> tuple[float, float, float, float] | N
     return published_for([run for label in study.labels for run in study.cells[label][game]])
 
 
-def _caution(estimates: list[stats.Estimate]) -> list[str]:
-    line = stats.coverage_caution(estimates)
+def _caution(cells: list[tuple[str, stats.Estimate]]) -> list[str]:
+    line = stats.coverage_caution(cells)
     return [line] if line else []
 
 
@@ -155,8 +156,8 @@ def _plot_curves(study: Study, score: str, path: Path) -> Path:
     panels = [(f"{key} score, {per_round}", [band for label in study.labels
                                              if (band := study.band(label, score, column))])
               for key, column in COLUMNS]
-    return plot_comparison(panels, f"{study.subject}: {per_round}, IQM over runs (shaded: 95% bootstrap CI; "
-                                   f"too few runs: mean, min–max)", path)
+    return plot_comparison(panels, f"{study.subject}: IQM over runs (shaded: 95% bootstrap CI; too few runs: "
+                                   f"mean, min–max)", path)
 
 
 def _plot_intervals(study: Study, score: str, summaries: Summaries, path: Path) -> Path:

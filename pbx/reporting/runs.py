@@ -2,9 +2,9 @@
 
 Everything comes from ``config.yaml`` and ``history.csv``, so a report can be made
 while a run is still going (a partly written last round is left out). Which rows
-are results is decided in one place, :func:`result_rows`: a population may hold
-members whose scores are not results (FIRE-PBT's evaluators), and every score a
-report shows, the best member included, is taken from the result rows only.
+are results is decided in one place, :func:`pbx.history.results`: a population may
+hold members whose scores are not results (FIRE-PBT's evaluators), and every score
+a report shows, the best member included, is taken from :attr:`Run.results`.
 """
 
 from __future__ import annotations
@@ -18,24 +18,12 @@ import pandas as pd
 
 from pbx.config import RunSettings, build
 from pbx.errors import UsageError
-from pbx.history import complete_rounds, read_csv
+from pbx.history import complete_rounds, read_csv, results
 from pbx.run_dir import RunDir
 from pbx.space import Categorical, Space
 from pbx.yaml_files import read_yaml
 
 SWEEP_FILE = "sweep.yaml"
-ROLE_COLUMN = "role"
-"""The history column that says what a member is for, where a strategy gives members different roles."""
-NOT_RESULTS = frozenset({"evaluator"})
-"""Roles whose scores are not results (FIRE-PBT's evaluators train other members' hyperparameters)."""
-
-
-def result_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows whose scores are results: all of them, unless the history has a :data:`ROLE_COLUMN`, where
-    the rows of :data:`NOT_RESULTS` roles are left out."""
-    if ROLE_COLUMN not in frame.columns:
-        return frame
-    return frame[~frame[ROLE_COLUMN].astype(str).isin(NOT_RESULTS)]
 
 
 @dataclass(frozen=True)
@@ -50,8 +38,8 @@ class Run:
 
     @property
     def results(self) -> pd.DataFrame:
-        """The rows whose scores are results (:func:`result_rows`)."""
-        return result_rows(self.frame)
+        """The rows whose scores are results (:func:`pbx.history.results`)."""
+        return results(self.frame)
 
     @property
     def name(self) -> str:

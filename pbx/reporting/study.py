@@ -52,7 +52,7 @@ class Study:
         """What the study is on, for titles: the game, or ``N games (normalised)``."""
         if len(self.games) == 1:
             return self.games[0] + (" (normalised)" if self.ranges is not None else "")
-        return f"{len(self.games)} games ({', '.join(self.games)}; normalised)"
+        return f"{len(self.games)} games, normalised"
 
     def runs(self, label: str) -> list[Run]:
         return [run for game in self.games for run in self.cells[label][game]]
