@@ -29,7 +29,7 @@ import pandas as pd
 
 from pbx.config import RunConfig, load_yaml, resolve
 from pbx.errors import UsageError
-from pbx.history import BASE_COLUMNS, History, complete_rounds, last_round_row, read_csv
+from pbx.history import BASE_COLUMNS, RESULT_ROLE, History, complete_rounds, last_round_row, read_csv, results
 from pbx.run_dir import RunDir
 
 @dataclass(frozen=True)
@@ -73,7 +73,12 @@ def plan_replay(path: Path, member: str | int = "best", seed: int | None = None)
                          f"{BASE_COLUMNS + cfg.space.names}")
     if frame.empty:
         raise UsageError(f"{folder.history}: no finished round yet, so no schedule to replay")
-    chosen = int(last_round_row(frame, member)["member"])
+    row = last_round_row(frame, member)
+    chosen = int(row["member"])
+    if row["role"] != RESULT_ROLE:
+        kept = sorted(set(results(frame)["member"].astype(int)))
+        raise UsageError(f"--member {chosen} has the role {row['role']} in --search {cfg.run.search}, whose scores are "
+                         f"not results: replay one of members {kept[0]} to {kept[-1]} (or best)")
     rows = lineage(frame, chosen, folder.history)
     _check_steps(rows, cfg, folder.history)
     name = f"{cfg.run.name or path.name}-replay-m{chosen}"
@@ -127,6 +132,6 @@ def _layer(cfg: RunConfig, points: list[dict[str, Any]], name: str, seed: int | 
     run = {k: v for k, v in layer["run"].items() if k not in ("runner", "comm")}
     run.update(search="replay", pop_size=1, name=name, seed=cfg.run.seed if seed is None else seed)
     member = layer["member"]
-    if member.get("init") == "paper":  # the toy's: each member's starting h by its index, not the schedule's
+    if member.get("init", "space") != "space":  # the toys' own starting h (by index, or drawn), not the schedule's
         member["init"] = "space"
     return {**layer, "run": run, "strategy": {"schedule": points}, "member": member}

@@ -7,7 +7,7 @@ between the h each stretch of 20 steps ran with and a target that falls linearly
 from 1 at step 0 to 0 at ``horizon``; it travels with the weights (a copy inherits
 the donor's record). The schedule that tracks the target pays no penalty and ends
 at Q = 1.198; the greedy one, h at its lower bound at once, leads every early round
-and stalls near step 200 at Q = 0.80 as its penalty eats the rate. Greedy selection
+and stalls near step 200 at Q = 0.83 as its penalty eats the rate. Greedy selection
 drives a population there: the toy shows whether a strategy can see past the next
 round. Microseconds per step.
 

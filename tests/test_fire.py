@@ -1,0 +1,164 @@
+"""FIRE PBT and the deceptive toy: roles, curve comparisons, an evaluator's win, runs that resume after kill -9
+and under ``mpiexec -n 2`` write the synchronous history, and bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pbx import train
+from pbx.errors import UsageError
+from pbx.history import History, Row, best_rows, read_csv
+from pbx.schedule import plan_replay
+from pbx.members.toy_deceptive import DeceptiveToyMember, DeceptiveToySettings, target
+from pbx.members.base import MemberContext
+from pbx.space import Continuous, Space
+from pbx.strategies import FIRE, FIRESettings, RunContext
+
+from conftest import ROOT, kill_after, run_toy, start_train
+
+SPACE = Space({"h": Continuous(0.0001, 1.1)})
+ROLES = ("pop1", "pop1", "pop2", "pop2", "eval", "eval")
+FIRE_TOY = ("--env", "toy-deceptive", "--search", "FIRE", "--batchsize", "6", "--seed", "1", "--max_budget", "500")
+MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+
+
+def _fire(**settings: object) -> FIRE:
+    return FIRE(FIRESettings(**settings), context=RunContext(rounds=20, pop_size=6, roles=ROLES))
+
+
+def _history(curves: dict[int, list[float]], starts: dict[int, tuple[int, int]]) -> History:
+    """Rows of the 6 members of :data:`ROLES`: member m scores ``curves[m]`` over the rounds; an evaluator ``e``
+    in ``starts`` copied member ``starts[e][1]`` to start at round ``starts[e][0]``, with h 0.5."""
+    rows = []
+    for m, scores in curves.items():
+        for r, score in enumerate(scores):
+            start, parent = starts.get(m, (-1, m))
+            rows.append(Row(member=m, round=r, steps=20 * (r + 1), wall_s=0.0, score=score, test_score=score,
+                            parent=parent if r == start else m, explored=r == start, config={"h": 0.5 + m / 10},
+                            role=ROLES[m]))
+    return History(SPACE.names).with_rows(rows)
+
+
+def test_roles_split_the_population_as_pbt_zoo_does() -> None:
+    assert FIRE.roles(FIRESettings(), 22) == ("pop1",) * 8 + ("pop2",) * 8 + ("eval",) * 6
+    assert FIRE.roles(FIRESettings(), 6) == ROLES
+    assert FIRE.roles(FIRESettings(sub_pops=[2, 2, 2], evaluators=3), 9)[4:] == ("pop3", "pop3", "eval", "eval", "eval")
+
+
+def test_curves_compare_where_they_reach_the_same_score() -> None:
+    fire = _fire()
+    slow, fast = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 4.0, 6.0]
+    # fast starts where slow was at step 2: compared with slow's 2, 3, 4 it leads by 6 - 4
+    assert fire._score_diff(fast, slow) == 2.0 and fire._score_diff(slow, fast) == -2.0
+    assert fire._binomial(fast, slow) == pytest.approx(0.5)  # 2 of 3 points better: P(X >= 2 | 3) = 1/2
+    above, below = [10.0, 11.0], [1.0, 2.0]  # never the same score: the gap, a sure win, no loss
+    assert fire._score_diff(above, below) == 8.0 and fire._binomial(above, below) == 0.0
+    assert fire._score_diff(below, above) == 0.0 and fire._binomial(below, above) == 1.0
+    # smoothing over 1 round: weights exp(-d^2 / 2) of the distance d in rounds, e.g. 3 e^-2 / (1 + e^-0.5 + e^-2)
+    assert _fire(smoothing=1.0)._smooth([0.0, 0.0, 3.0]).round(3).tolist() == [0.233, 0.822, 1.722]
+
+
+def test_an_evaluator_that_beats_the_child_hands_it_its_weights() -> None:
+    rounds = 12
+    child = [float(r) for r in range(rounds)]  # member 0, P1's best
+    curves = {0: child, 1: [r / 2 for r in range(rounds)], 2: [0.0] * rounds, 3: [0.0] * rounds,
+              # evaluator 4 took member 2's weights at round 1 and improves twice as fast from the same score;
+              # evaluator 5 took member 3's at round 8 and is worse than the child from the start
+              4: [0.0] + [2.0 * r for r in range(rounds - 1)], 5: [0.0] * 8 + [1.0] * 4}
+    history = _history(curves, {4: (1, 2), 5: (8, 3)})
+    decisions = _fire(max_eval_rounds=8).decide(history, SPACE, np.random.default_rng(0))
+    win = decisions[0]
+    assert (win.donor, win.explored, dict(win.config)) == (4, False, {"h": 0.9}) and win.info["p_value"] < 0.01
+    # P2's fitness: from the score where they meet, 5 trails 4 by 8 - 1 (member 3: -7, member 2: +7)
+    assert (decisions[3].donor, decisions[3].explored) == (2, True) and decisions[3].info["fitness"] == -7.0
+    assert decisions[2].info == {} and decisions[1].donor == 0  # and P1 runs PBT on the score
+    # both evaluators take a new task: 4 evaluates member 2 with the best P1 member's config; member 3 is being
+    # replaced, so 5 has no member to evaluate and copies P1's best until one is free
+    assert [(d.donor, d.explored, dict(d.config)) for d in decisions[4:]] == [(2, True, {"h": 0.5}),
+                                                                              (0, True, {"h": 0.5})]
+    assert decisions[4].ops == ("FIRE: won", "FIRE: evaluate m2 with m0's config")
+    assert decisions[5].ops == ("FIRE: stop, child or parent replaced", "FIRE: idle, copies P1's best")
+
+
+def test_the_deceptive_toy_rewards_the_slow_schedule() -> None:
+    def final(schedule) -> float:
+        member = DeceptiveToyMember(MemberContext("toy-deceptive", 0, 0), DeceptiveToySettings(init="space"),
+                                    {"h": 1.0})
+        for r in range(50):
+            member.apply({"h": schedule(20 * r)})
+            score = member.train(20)
+        return score
+
+    optimal, greedy = final(lambda t: target(t, 1000)), final(lambda t: 0.0001)
+    assert optimal == pytest.approx(1.198, abs=1e-3) and greedy == pytest.approx(0.827, abs=1e-3)
+
+
+def _history_of(run_dir: Path) -> pd.DataFrame:
+    return read_csv(run_dir / "history.csv").drop(columns="wall_s")
+
+
+def test_a_fire_run_killed_and_resumed_writes_the_uninterrupted_history(tmp_path: Path) -> None:
+    whole = start_train(*FIRE_TOY, "--run-dir", str(tmp_path / "whole"))
+    out, err = whole.communicate(timeout=120)
+    assert whole.returncode == 0, err
+    killed = start_train(*FIRE_TOY, "--run-dir", str(tmp_path / "killed"))
+    kill_after(killed, tmp_path / "killed" / "history.csv", rows=6 * 8)
+    assert 8 <= read_csv(tmp_path / "killed" / "history.csv")["round"].max() < 24, "the kill should land mid-run"
+    resumed = start_train("--resume", str(tmp_path / "killed"))
+    assert resumed.wait(timeout=120) == 0, resumed.stderr.read()
+    frame = _history_of(tmp_path / "whole")
+    pd.testing.assert_frame_equal(_history_of(tmp_path / "killed"), frame)
+    # the run did FIRE's work: evaluators took P2 weights, and the best member is a result
+    evaluators = frame[frame["role"] == "eval"]
+    assert (evaluators["explored"] & evaluators["parent"].isin([2, 3])).any()
+    assert "(member 0)" in out.splitlines()[-1] or "(member 1)" in out.splitlines()[-1]
+
+
+def test_fire_under_two_mpi_ranks_writes_the_synchronous_history(tmp_path: Path) -> None:
+    sync = start_train(*FIRE_TOY, "--run-dir", str(tmp_path / "sync"))
+    assert sync.wait(timeout=120) == 0, sync.stderr.read()
+    mpi = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "pbx.train", *FIRE_TOY, "--run-dir",
+                          str(tmp_path / "mpi")], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert mpi.returncode == 0, mpi.stderr
+    pd.testing.assert_frame_equal(_history_of(tmp_path / "mpi"), _history_of(tmp_path / "sync"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batchsize", "10", "-m", "sub_pops=[4,12]"], "make 19 members, but the population is 10"),
+    (["--batchsize", "5"], "at least two sub-populations of at least 2 members"),
+    (["--batchsize", "10", "-m", "evaluators=5"], "evaluators must be at least 2 and at most the"),
+    (["-m", "p_value=1.5"], "p_value must be in (0, 1)"),
+    (["--selection", "sigma", "--sigma_k", "0"], "sigma_k must be > 0"),
+    (["--margin_abs", "-1"], "margin_abs must be >= 0"),
+])
+def test_bad_fire_and_guard_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    code = train.main(["--env", "toy-deceptive", "--search", "FIRE", "--batchsize", "6", *args,
+                       "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_input_from_the_command_line(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "pbx.train", *FIRE_TOY, "--batchsize", "5", "--run-dir",
+                           str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: FIRE needs") and proc.stderr.count("\n") == 1
+
+
+def test_replay_takes_a_result_member_and_repeats_its_score(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    history = run_toy(tmp_path / "fire", env="toy-deceptive", search="FIRE", pop_size=6, t_ready=20, max_budget=400)
+    with pytest.raises(UsageError, match="--member 5 has the role eval in --search FIRE, .* members 0 to 1"):
+        plan_replay(tmp_path / "fire", 5)
+    replay = plan_replay(tmp_path / "fire", "best")
+    best = best_rows(history.frame).iloc[-1]
+    assert replay.member == best["member"] and best["role"] == "pop1"
+    assert train.main(["--run-dir", str(tmp_path / "replay")], base=[replay.layer]) == 0
+    # the toy is deterministic: the lineage's schedule, through evaluators' and P2's weights, gives its score
+    assert read_csv(tmp_path / "replay" / "history.csv")["score"].iloc[-1] == pytest.approx(best["score"], abs=1e-12)
