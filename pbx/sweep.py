@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Sequence
 from pbx.console import format_score
 from pbx.errors import ArgumentParser, UsageError, command_parser
 from pbx.runners.mpi import abort, world
-from pbx.sweeps import (Progress, RunSpec, Sweep, execute, follow, load_sweep, prepare, progress, release,
-                        slurm_script)
+from pbx.slurm import slurm_script
+from pbx.sweeps import Progress, RunSpec, Sweep, execute, follow, load_sweep, prepare, progress, release
 
 if TYPE_CHECKING:
     from mpi4py.MPI import Intracomm

@@ -22,7 +22,7 @@ An experiment file is what ``python -m pbx.train --config`` takes, plus:
   A key is any setting ``-m key=value`` takes. A variant's name is its values
   joined with ``-`` in key order (``none``, ``PBT``, ``PB2-exp3``).
 - ``seeds:`` N (seeds 0..N-1) or a list; ``--seeds`` overrides it.
-- ``slurm:`` the resources of one run, for ``--print-slurm`` (:class:`SlurmSettings`).
+- ``slurm:`` the resources of one run, for ``--print-slurm`` (:class:`pbx.slurm.SlurmSettings`).
 
 Runs go seed by seed (every variant of seed 0 first), so a sweep cut short
 compares variants on the same seeds. Each run is started, resumed or skipped
@@ -44,9 +44,8 @@ import itertools
 import math
 import re
 import shlex
-import sys
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -59,6 +58,7 @@ from pbx.fingerprint import differing_keys
 from pbx.history import best_rows, complete_rounds, read_csv
 from pbx.run_dir import RunDir
 from pbx.runners.mpi import Kind, receive, send
+from pbx.slurm import SlurmSettings, slurm_settings
 from pbx.yaml_files import read_yaml
 
 if TYPE_CHECKING:
@@ -68,7 +68,6 @@ SWEEP_KEYS = ("sweep", "seeds", "slurm")
 """Top-level keys of an experiment file that describe the sweep, not a run."""
 PER_RUN = ("seed", "name")
 """Settings the sweep sets for each run."""
-LAUNCHERS = ("mpiexec", "srun")
 
 
 @dataclass(frozen=True)
@@ -89,38 +88,6 @@ class RunSpec:
     @property
     def label(self) -> str:
         return f"{self.variant.name}/seed{self.seed}"
-
-
-@dataclass(frozen=True)
-class SlurmSettings:
-    """The experiment file's ``slurm:`` section: what one array task (one run) asks for."""
-
-    ranks: int = 1
-    """MPI ranks per run (the population is spread over them); 1 starts no launcher."""
-    launcher: str = "mpiexec"
-    """How ranks start: ``mpiexec`` (the mpich wheel pbx installs) or ``srun`` (an MPI built for Slurm's PMI)."""
-    time: str | None = None
-    """Time limit of a task (``HH:MM:SS`` or ``D-HH:MM:SS``); a requeued or resubmitted task resumes its run."""
-    gpus: int = 0
-    """GPUs per task (the ranks share them round robin)."""
-    cpus_per_task: int | None = None
-    """CPU cores per rank."""
-    mem: str | None = None
-    """Memory per task (``32G``)."""
-    partition: str | None = None
-    max_parallel: int | None = None
-    """At most this many tasks at once (``--array=0-N%K``)."""
-    sbatch: list[str] = field(default_factory=list)
-    """Further ``#SBATCH`` options, e.g. ``[--account=rl, --qos=long]``."""
-
-    def __post_init__(self) -> None:
-        if self.ranks < 1 or self.gpus < 0 or (self.cpus_per_task or 1) < 1 or (self.max_parallel or 1) < 1:
-            raise UsageError(f"slurm: ranks, cpus_per_task and max_parallel must be positive, gpus at least 0: "
-                             f"{self}")
-        if self.launcher not in LAUNCHERS:
-            raise UsageError(f"slurm: launcher must be {' or '.join(LAUNCHERS)}, got {self.launcher!r}")
-        if not isinstance(self.sbatch, list) or not all(isinstance(o, str) for o in self.sbatch):
-            raise UsageError(f"slurm: sbatch must be a list of options such as --account=NAME, got {self.sbatch!r}")
 
 
 @dataclass(frozen=True)
@@ -199,15 +166,9 @@ def load_sweep(file: str | Path, seeds: str | None = None, overrides: Sequence[s
         config = cfg.to_dict()
         config["run"] = {k: v for k, v in config["run"].items() if k not in PER_RUN}
         resolved[variant.name] = config
-    slurm = raw.get("slurm") or {}
-    if not isinstance(slurm, dict) or set(slurm) - {f.name for f in dataclasses.fields(SlurmSettings)}:
-        raise UsageError(f"{file}: slurm: takes {', '.join(f.name for f in dataclasses.fields(SlurmSettings))}, "
-                         f"got {slurm!r}")
-    if isinstance(slurm.get("time"), int):  # YAML 1.1 reads 12:00:00 as 43200
-        raise UsageError(f"{file}: slurm: time must be quoted, e.g. time: '12:00:00', got {slurm['time']!r}")
     suffix = "".join(f"-{_safe(v)}" for _, v in items)
     return Sweep(file, Path(out) if out is not None else Path("sweeps") / f"{file.stem}{suffix}", experiment,
-                 list(overrides), variants, seed_list, baseline, build(SlurmSettings, slurm), resolved)
+                 list(overrides), variants, seed_list, baseline, slurm_settings(raw.get("slurm"), file), resolved)
 
 
 def expand(spec: Any, file: Path) -> list[Variant]:
@@ -384,43 +345,6 @@ def release(comm: Intracomm | None) -> None:
     """Rank 0 is done: let the other ranks (in :func:`follow`) end."""
     if comm is not None:
         send(comm, Kind.END)
-
-
-def slurm_script(sweep: Sweep, keep_stored: bool = False) -> str:
-    """A Slurm job array with one task per run; task i runs ``--only i``, which starts, resumes or skips it
-    (``keep_stored``: with ``--keep-stored``)."""
-    s, runs = sweep.slurm, sweep.runs
-    out = sweep.out.resolve()
-    array = f"0-{len(runs) - 1}" + (f"%{s.max_parallel}" if s.max_parallel else "")
-    options = [f"--job-name=pbx-{sweep.out.name}", f"--array={array}", f"--output={out}/slurm/%A_%a.out",
-               "--open-mode=append", "--requeue", f"--ntasks={s.ranks}"]
-    options += [f"--cpus-per-task={s.cpus_per_task}"] if s.cpus_per_task else []
-    options += [f"--gpus={s.gpus}"] if s.gpus else []
-    options += [f"--{key}={value}" for key in ("time", "mem", "partition") if (value := getattr(s, key))]
-    options += s.sbatch
-    python = Path(sys.executable)
-    launch: list[str] = []
-    if s.ranks > 1:
-        mpiexec = python.parent / "mpiexec"
-        # srun leaves the other tasks running when one dies unless told; pbx's own failures end the job by MPI_Abort
-        launch = ["srun", "--kill-on-bad-exit=1"] if s.launcher == "srun" else [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n",
-                                                        str(s.ranks)]
-    task = shlex.join([*launch, str(python), "-m", "pbx.sweep", str(sweep.file.resolve()), "--seeds",
-                       ",".join(map(str, sweep.seeds)), "--out", str(out),
-                       *(["-m", *sweep.overrides] if sweep.overrides else []),
-                       *(["--keep-stored"] if keep_stored else [])])
-    return "\n".join([
-        "#!/bin/bash",
-        *(f"#SBATCH {option}" for option in options),
-        f"# pbx sweep of {sweep.file}: {len(sweep.variants)} variants x {len(sweep.seeds)} seeds, one array task",
-        "# per run. A task starts its run, resumes it (requeued, or resubmitted after a time limit) or skips it",
-        "# when finished. Task: run",
-        *(f"#   {spec.index}: {spec.label}" for spec in runs),
-        "set -euo pipefail",
-        f"cd {shlex.quote(str(Path.cwd()))}",
-        f'exec {task} --only "$SLURM_ARRAY_TASK_ID"',
-        "",
-    ])
 
 
 def _refuse_per_run(file: Path, experiment: Mapping[str, Any], variants: Sequence[Variant]) -> None:

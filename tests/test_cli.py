@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from pbx.config import resolve
+from pbx.fingerprint import provenance
 from pbx.train import build_parser, main
 
 from conftest import start_train
@@ -166,12 +167,37 @@ def test_start_line_says_what_ppo_really_trains(tmp_path) -> None:
                     "member": {"n_envs": 2, "n_steps": 32, "batch_size": 32}}])
     line = _start_line(cfg, RunDir(tmp_path))
     assert "each member really trains 128 steps per round, 384 in total" in line  # 100 -> 2 rollouts of 64
+    described = cfg.member_cls.describe(cfg.member)
+    assert line.startswith(f"pbx: PBT on CartPole-v1, {described} over ppo_classic.yaml (") and "PPO" in described
     cfg = resolve([{"run": {"env": "CartPole-v1", "t_ready": 128, "max_budget": 300},
                     "member": {"n_envs": 2, "n_steps": 32, "batch_size": 32}}])
     assert "128 steps per round (64 in the last), 320 in total" in _start_line(cfg, RunDir(tmp_path))
     whole = resolve([{"run": {"env": "CartPole-v1", "t_ready": 128, "max_budget": 384},
                       "member": {"n_envs": 2, "n_steps": 32, "batch_size": 32}}])
     assert "note" not in _start_line(whole, RunDir(tmp_path))
+
+
+def test_resume_keeps_the_record_of_the_pbx_that_started_the_run_and_says_when_another_goes_on(tmp_path,
+                                                                                             capsys) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["--env", "toy", "--max_budget", "8", "--run-dir", str(run_dir)]) == 0
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["pbx"] == provenance()
+    capsys.readouterr()
+    assert main(["--resume", str(run_dir), "-m", "max_budget=12"]) == 0
+    assert "note:" not in capsys.readouterr().out  # the same pbx goes on
+    config["pbx"] = {"version": "0.0.1", "commit": "abc123"}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    assert main(["--resume", str(run_dir), "-m", "max_budget=16"]) == 0
+    assert "note: this run was started by pbx 0.0.1 (commit abc123); it continues with pbx " in capsys.readouterr().out
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["pbx"] == {"version": "0.0.1", "commit": "abc123"} and config["run"]["max_budget"] == 16
+    del config["pbx"]  # a folder from before pbx recorded itself
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    assert main(["--resume", str(run_dir), "-m", "max_budget=20"]) == 0
+    assert "config.yaml does not say which pbx started it" in capsys.readouterr().out
+    assert "pbx" not in yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert len(pd.read_csv(run_dir / "history.csv")) == 4 * 5
 
 
 def test_a_run_folder_in_use_is_locked(tmp_path) -> None:

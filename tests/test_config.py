@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
+import pbx
 from pbx.config import _route, load_yaml, resolve
 from pbx.errors import UsageError
+from pbx.fingerprint import differing_keys, provenance
 from pbx.sweeps import load_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,3 +81,28 @@ def test_a_space_named_by_m_replaces_the_inline_space_of_a_run_config(tmp_path) 
     cfg = resolve([config], [f"space={narrow}"])
     assert cfg.space.params["h0"].high == 0.2 and cfg.to_dict()["run"]["space"] == str(narrow)
     assert resolve([config]).space.params["h0"].high == 1.0  # no space named: the inline one stands
+
+
+@pytest.mark.parametrize("search, cat_exp", [("PBT", "random"), ("PB2", "random"), ("PBT", "fixed")])
+def test_cat_exp_random_or_fixed_trains_what_leaving_it_out_trains(search: str, cat_exp: str) -> None:
+    from pbx.members.ppo import PPOMember
+
+    plain = resolve([{"run": {"env": "bigfish", "search": search}}])
+    spelled = resolve([{"run": {"env": "bigfish", "search": search}}], [f"cat_exp={cat_exp}"])
+    assert spelled.member_cls is plain.member_cls is PPOMember and spelled.space_source == "ppo_procgen.yaml"
+    assert differing_keys(plain.to_dict(), spelled.to_dict()) == ([] if cat_exp == "random" else ["strategy.cat_exp"])
+    # a bandit picks categories: PB2-Mix's space, whose augmentation makes the member DrAC's PPO
+    assert resolve([{"run": {"env": "bigfish", "search": "PB2"}}], ["cat_exp=cocabo"]).space_source == \
+        "ppo_procgen_mix.yaml"
+
+
+def test_config_yaml_records_the_pbx_that_started_the_run_and_takes_it_back() -> None:
+    config = resolve([{"run": {"env": "toy"}}]).to_dict()
+    assert config["pbx"] == provenance() and config["pbx"]["version"] == pbx.__version__
+    assert config["pbx"]["commit"] is None or re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", config["pbx"]["commit"])
+    other = {**config, "pbx": {"version": "0.0.1", "commit": None}}
+    assert resolve([other]).to_dict() == config  # a new run from another's record is this pbx's
+    older = {k: v for k, v in config.items() if k != "pbx"}  # a folder from before the record
+    assert resolve([older]).to_dict() == config
+    with pytest.raises(UsageError, match="config section 'pbx' .* must be a mapping of version and commit"):
+        resolve([{**config, "pbx": "0.1.0"}])

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from pbx.fingerprint import differing_keys
 from pbx.members.toy import ToyMember
 from pbx.run_dir import RunDir
 from pbx.sweep import main
@@ -137,6 +138,9 @@ def test_slurm_array_runs_one_run_per_task(reference, tmp_path) -> None:
         assert f"#SBATCH {option}\n" in text
     assert re.search(r"^exec \S*mpiexec -n 2 \S+python\S* -m pbx.sweep .* --only \"\$SLURM_ARRAY_TASK_ID\"$", text,
                      re.M)
+    ranked.write_text(EXPERIMENT + "slurm: {ranks: 2, launcher: srun}\n")
+    assert main([str(ranked), "--out", str(tmp_path / "r"), "--print-slurm", str(script)]) == 0
+    assert re.search(r"^exec srun --kill-on-bad-exit=1 \S+python\S* -m pbx.sweep ", script.read_text(), re.M)
 
 
 def test_an_mpi_sweep_goes_on_past_runs_that_fail_on_any_rank(reference, tmp_path) -> None:
@@ -208,3 +212,46 @@ def test_a_changed_file_is_refused_for_its_old_folder(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "run.max_budget changed since" in err and "--out DIR" in err
     assert main([str(exp), "--seeds", "1", "--out", str(tmp_path / "new")]) == 0
+
+
+def test_a_sweep_whose_space_file_changed_between_seeds_is_refused_unless_kept(tmp_path, capsys) -> None:
+    space = tmp_path / "space.yaml"
+    space.write_text("h0: {type: continuous, low: 0, high: 1}\nh1: {type: continuous, low: 0, high: 1}\n")
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(f"run: {{env: toy, t_ready: 4, max_budget: 8, space: {space}}}\nsweep: {{search: [PBT]}}\n")
+    out = tmp_path / "out"
+    assert main([str(exp), "--seeds", "1", "--out", str(out)]) == 0
+    stored = yaml.safe_load((out / "PBT/variant.yaml").read_text())
+    assert stored["space"]["h0"]["high"] == 1 and "seed" not in stored["run"] and stored["pbx"]["version"]
+    space.write_text("h0: {type: continuous, low: 0, high: 0.5}\nh1: {type: continuous, low: 0, high: 1}\n")
+    capsys.readouterr()
+    assert main([str(exp), "--seeds", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(PBT: space.h0.high)" in err and "--keep-stored" in err, err
+    assert not (out / "PBT/seed1").exists()
+    assert main([str(exp), "--seeds", "2", "--out", str(out), "--keep-stored"]) == 0
+    first, second = (yaml.safe_load((out / f"PBT/seed{s}/config.yaml").read_text()) for s in (0, 1))
+    assert second["space"]["h0"]["high"] == 1 and second["run"]["seed"] == 1  # the stored resolution, its seed
+    assert differing_keys(first, second) == []  # one experiment: the report may pool them
+
+
+def test_each_run_of_an_in_process_sweep_starts_from_clean_torch_state(tmp_path, monkeypatch) -> None:
+    import torch
+
+    from pbx.members.ppo import PPOMember
+
+    exp = tmp_path / "det.yaml"
+    exp.write_text("run: {env: CartPole-v1, search: none, pop_size: 1, t_ready: 64, max_budget: 64}\n"
+                   "member: {n_envs: 2, n_steps: 32, batch_size: 32, eval_episodes: 0}\n"
+                   "sweep: {deterministic: [true, false]}\n")
+    seen, train = [], PPOMember.train
+
+    def spy(self: PPOMember, steps: int) -> float:
+        seen.append((self.settings.deterministic, torch.are_deterministic_algorithms_enabled()))
+        return train(self, steps)
+
+    monkeypatch.setattr(PPOMember, "train", spy)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads())
+    assert main([str(exp), "--seeds", "1", "--out", str(tmp_path / "out")]) == 0
+    assert seen == [(True, True), (False, False)]  # the first run's setting did not carry over to the second
+    assert (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()) == before
