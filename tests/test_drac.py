@@ -24,7 +24,7 @@ from pbx.members.ppo import PPOMember, PPOSettings
 from pbx.space import Categorical, Space
 
 from test_ppo import (NEW_CONFIG, PROCGEN_CONFIG, ROLLOUT, TINY, LoggerSpy, assert_same_tensors, assert_trains_with,
-                      make_member, poison, same_score, weights)
+                      close, edit_checkpoint, gradient, gradient_at_step, hand_loss, make_member, poison, weights)
 
 DRAC_CONFIG = {**PROCGEN_CONFIG, "aug_type": "crop", "aug_coef": 0.1}
 HIGH = 255.0
@@ -124,50 +124,36 @@ def test_drac_terms_are_the_exact_kl_and_value_gap_zero_for_the_identity(frames:
     assert trunk.grad is not None and trunk.grad.abs().sum() > 0
 
 
-class FirstStep(Exception):
-    """Raised in place of SB3's first optimizer step of an update, carrying the gradients it would apply."""
-
-    def __init__(self, gradient: torch.Tensor) -> None:
-        super().__init__("first optimizer step")
-        self.gradient = gradient
-
-
-def first_gradient(member: DrACMember) -> torch.Tensor:
-    """The gradient (after SB3's clipping) of the next update's first minibatch, as one vector."""
-    params = list(member.model.policy.parameters())
-
-    def step(*args: Any, **kwargs: Any) -> None:
-        raise FirstStep(torch.cat([p.grad.flatten() for p in params]))
-
-    member.model.policy.optimizer.step = step  # type: ignore[method-assign]
-    with pytest.raises(FirstStep) as stopped:
-        member.train(ROLLOUT)
-    del member.model.policy.optimizer.step
-    return stopped.value.gradient
-
-
-def test_sb3s_update_takes_aug_coef_times_the_gradient_of_the_drac_term(trained: tuple[DrACMember, Path]) -> None:
-    """The same rollout and augmentation draws under aug_coef 0, c and 2c: SB3's first gradient moves
-    by c and 2c times one nonzero vector. A term computed but left out of the backward, added twice,
-    or without its coefficient cannot pass."""
+def test_sb3s_update_takes_the_gradient_of_ppos_loss_plus_aug_coef_times_the_drac_term(
+        trained: tuple[DrACMember, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """SB3's first step of an update against autograd of the reference PPO loss + aug_coef (G_pi + G_V), both
+    written out here, on the same minibatch and the same augmented copy: a term with its sign flipped, left
+    out of the backward, added twice or without its coefficient cannot pass."""
     _, path = trained
     member = make_drac(seed=1)
-    grads = []
-    for coef in (0.0, 0.5, 1.0):
-        member.load(path, own=True)  # same weights, envs and random streams: same rollout, same draws
-        member.apply({"aug_type": "color_jitter", "aug_coef": coef, "max_grad_norm": 1e9})  # no clipping
-        grads.append(first_gradient(member))
-    plain, once, twice = grads
-    step = once - plain
-    assert step.norm() > 1e-3 * plain.norm()
-    assert (twice - plain - 2 * step).norm() < 1e-3 * step.norm()
+    member.load(path, own=True)
+    member.apply({"aug_type": "color_jitter", "aug_coef": 0.5, "max_grad_norm": 1e9})  # 1e9: no clipping
+    augmented: list[torch.Tensor] = []
+    real = AUGMENTATIONS["color_jitter"]
+    monkeypatch.setitem(AUGMENTATIONS, "color_jitter", lambda *args: augmented.append(real(*args)) or augmented[-1])
+    applied, batch = gradient_at_step(member, 1)
+    logits, values = policy_outputs(member, batch.observations)
+    aug_logits, aug_values = policy_outputs(member, augmented[0])
+    p = torch.softmax(logits.detach(), dim=-1)
+    g_pi = (p * (torch.log(p) - torch.log_softmax(aug_logits, dim=-1))).sum(dim=-1).mean()
+    g_v = 0.5 * ((values.detach() - aug_values) ** 2).mean()
+    ppo = hand_loss(member, batch)
+    with_drac, without = gradient(member, ppo + 0.5 * (g_pi + g_v)), gradient(member, ppo)
+    assert close(applied, with_drac)
+    assert not close(without, with_drac)  # the term moves the gradient: a sign flip lands far away
 
 
 def test_aug_coef_zero_trains_bit_for_bit_as_plain_ppo() -> None:
     """DrAC's hooks leave SB3's update, and its random streams, exactly as they are."""
     drac = make_drac(seed=3, config={**DRAC_CONFIG, "aug_coef": 0.0})
     plain = make_member(seed=3)
-    assert same_score(drac.train(ROLLOUT), plain.train(ROLLOUT))
+    drac.train(ROLLOUT)  # no bigfish episode ends in 16 steps: the weights tell
+    plain.train(ROLLOUT)
     assert_same_tensors(weights(drac), weights(plain))
     # the hooks are gone after the update
     assert "evaluate_actions" not in vars(drac.model.policy) and not drac.model.policy.action_net._forward_hooks
@@ -228,15 +214,38 @@ def test_save_load_train_equals_training_on(tmp_path: Path) -> None:
     original = make_drac(seed=6, config=config)
     original.train(ROLLOUT)
     original.save(tmp_path / "m.pt")
-    score = original.train(ROLLOUT)
+    original.train(ROLLOUT)  # no bigfish episode ends in 16 steps: the weights tell
 
     resumed = make_drac(seed=6, config=config)
     resumed.load(tmp_path / "m.pt", own=True)
-    assert same_score(resumed.train(ROLLOUT), score)
+    resumed.train(ROLLOUT)
     assert_same_tensors(weights(resumed), weights(original))
     assert torch.equal(resumed.model.augment_rng.get_state(), original.model.augment_rng.get_state())
     # without the stream the augmentations (and so the weights) would differ: members' streams differ
     assert not torch.equal(make_drac(seed=7).model.augment_rng.get_state(), original.model.augment_rng.get_state())
+
+
+@pytest.mark.parametrize("name", list(AUGMENTATIONS))
+def test_augmentations_draw_from_a_cpu_generator_for_a_batch_on_another_device(name: str) -> None:
+    """DrAC's generator lives on the CPU whatever the training device, so its state resumes anywhere; the
+    draws move to the batch's device. A batch on torch's meta device (shapes only, like a GPU's tensors
+    not the CPU's) fails on any draw left on the CPU."""
+    x = torch.zeros(4, 3, 64, 64, device="meta")
+    out = AUGMENTATIONS[name](x, HIGH, generator(0))
+    assert (out.shape, out.device) == (x.shape, x.device)
+
+
+def test_a_checkpoint_holding_a_cuda_generators_augmentation_stream_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Written by a pbx that drew augmentations on the GPU (a CUDA generator's state: seed and Philox offset,
+    16 bytes): no CPU generator can continue it, and set_state would raise deep inside torch."""
+    member = make_drac(seed=10)
+    path = tmp_path / "m.pt"
+    member.save(path)
+    edit_checkpoint(path, augment_rng=torch.zeros(16, dtype=torch.uint8))
+    with pytest.raises(UsageError, match="its augmentation stream is not a CPU generator's \\(16 bytes, not 5056\\)") as err:
+        make_drac(seed=10).load(path, own=True)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+    make_drac(seed=11).load(path, own=False)  # an exploit keeps its own stream and never reads it
 
 
 def test_a_diverging_update_raises_diverged_and_the_member_trains_on(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from pbx.config import SEARCH_SPACES
+from pbx.config import SEARCH_SPACES, resolve
 from pbx.errors import UsageError
 from pbx.members.base import Diverged, MemberContext
 from pbx.members.ppo import LOCAL_RANKS_VARS, PPOMember, PPOSettings, _thread_budget
@@ -31,8 +31,11 @@ SPACES = SEARCH_SPACES
 TINY = {"n_envs": 2, "n_steps": 16, "batch_size": 16, "n_epochs": 2, "eval_episodes": 2}
 ROLLOUT = TINY["n_envs"] * TINY["n_steps"]
 PROCGEN_CONFIG = {"ent_coef": 0.01, "learning_rate": 5e-4, "clip_range": 0.2}
-NEW_CONFIG = {"learning_rate": 2e-5, "clip_range": 0.1, "clip_range_vf": 0.3, "ent_coef": 0.05, "vf_coef": 0.7,
+NEW_CONFIG = {"learning_rate": 2e-5, "clip_range": 0.1, "ent_coef": 0.05, "vf_coef": 0.7,
               "max_grad_norm": 0.9, "gamma": 0.95, "gae_lambda": 0.9, "n_epochs": 1, "batch_size": 8}
+"""A config of new values for every hyperparameter the reference value loss (the ProcGen default) reads."""
+SB3_NEW_CONFIG = {**NEW_CONFIG, "clip_range_vf": 0.3}
+"""... and SB3's value loss, which has its own value clip range."""
 CLASSIC_CONFIG = Space.load(SPACES / "ppo_classic.yaml").initial()
 
 
@@ -106,10 +109,6 @@ def assert_same_tensors(a: Any, b: Any) -> None:
         assert np.array_equal(a, b)
 
 
-def same_score(a: float, b: float) -> bool:
-    return (math.isnan(a) and math.isnan(b)) or a == b
-
-
 @pytest.fixture(scope="module")
 def donor_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A member trained with lr 1e-3 (so its saved optimizer holds lr 1e-3)."""
@@ -121,18 +120,22 @@ def donor_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class BufferSpy:
-    """Records the minibatch sizes the rollout buffer hands to PPO's update."""
+    """Records the minibatches the rollout buffer hands to PPO's update."""
 
     def __init__(self, member: PPOMember) -> None:
-        self.sizes: list[int] = []
+        self.batches: list[Any] = []
         buffer = member.model.rollout_buffer
         self._get = buffer.get
         buffer.get = self  # type: ignore[method-assign]
 
     def __call__(self, batch_size: int | None = None) -> Iterator[Any]:
         for batch in self._get(batch_size):
-            self.sizes.append(len(batch.actions))
+            self.batches.append(batch)
             yield batch
+
+    @property
+    def sizes(self) -> list[int]:
+        return [len(batch.actions) for batch in self.batches]
 
 
 class LoggerSpy:
@@ -162,7 +165,10 @@ def assert_trains_with(member: PPOMember, config: dict[str, Any]) -> None:
     used = logged.values
     assert used["train/learning_rate"] == config["learning_rate"]
     assert used["train/clip_range"] == config["clip_range"]
-    assert used["train/clip_range_vf"] == config["clip_range_vf"]
+    if member.settings.value_loss == "sb3":
+        assert used["train/clip_range_vf"] == config["clip_range_vf"]
+    else:  # SB3's value clipping is off: the reference loss clips with clip_range
+        assert "train/clip_range_vf" not in used and model.clip_range_vf is None
     assert [g["lr"] for g in model.policy.optimizer.param_groups] == [config["learning_rate"]]
     assert spy.sizes == [config["batch_size"]] * (config["n_epochs"] * ROLLOUT // config["batch_size"])
     for name in ("ent_coef", "vf_coef", "max_grad_norm"):
@@ -170,13 +176,111 @@ def assert_trains_with(member: PPOMember, config: dict[str, Any]) -> None:
     assert member.config == config
 
 
-def test_apply_reaches_every_place_sb3_reads_a_hyperparameter(tmp_path: Path) -> None:
-    member = make_member(log_dir=tmp_path / "tb")
+@pytest.mark.parametrize("value_loss, new", [("reference", NEW_CONFIG), ("sb3", SB3_NEW_CONFIG)])
+def test_apply_reaches_every_place_sb3_reads_a_hyperparameter(value_loss: str, new: dict[str, Any],
+                                                             tmp_path: Path) -> None:
+    member = make_member(log_dir=tmp_path / "tb", value_loss=value_loss)
     member.train(ROLLOUT)
-    member.apply(NEW_CONFIG)
-    assert_trains_with(member, NEW_CONFIG)
+    member.apply(new)
+    assert_trains_with(member, new)
     # SB3 writes its own losses to TensorBoard in the member's log folder
     assert {"train/value_loss", "train/entropy_loss", "train/approx_kl"} <= tensorboard_tags(tmp_path / "tb")
+
+
+class StepReached(Exception):
+    """Raised in place of an optimizer step of SB3's update, carrying the gradient that step would apply."""
+
+    def __init__(self, gradient: torch.Tensor) -> None:
+        super().__init__("optimizer step reached")
+        self.gradient = gradient
+
+
+def gradient_at_step(member: PPOMember, step: int) -> tuple[torch.Tensor, Any]:
+    """Train until the ``step``-th optimizer step of the next update (1: the first) and stop there.
+
+    Returns:
+        The gradient that step would apply (after SB3's gradient clipping) as one vector, and the
+        minibatch it came from; the policy is left as it was before that step.
+    """
+    params = list(member.model.policy.parameters())
+    optimizer = member.model.policy.optimizer
+    real, taken = optimizer.step, []
+
+    def stop_at(*args: Any, **kwargs: Any) -> Any:
+        taken.append(step)
+        if len(taken) == step:
+            raise StepReached(torch.cat([p.grad.flatten() for p in params]))
+        return real(*args, **kwargs)
+
+    spy = BufferSpy(member)
+    optimizer.step = stop_at  # type: ignore[method-assign]
+    with pytest.raises(StepReached) as stopped:
+        member.train(ROLLOUT)
+    del optimizer.step
+    return stopped.value.gradient, spy.batches[step - 1]
+
+
+def hand_loss(member: PPOMember, batch: Any, value_clip: float | None = None) -> torch.Tensor:
+    """The reference PPO loss (baselines ppo2) on ``batch``, written out here apart from pbx's code.
+
+    Policy: the clipped surrogate on advantages normalised over the minibatch; value:
+    ``0.5 * max`` of the unclipped and clipped squared errors, clipped with ``value_clip`` (None:
+    ``clip_range``, the reference's tie); total: policy - ent_coef * entropy + vf_coef * value.
+    """
+    model = member.model
+    clip = model.clip_range(1.0)
+    value_clip = clip if value_clip is None else value_clip
+    values, log_prob, entropy = model.policy.evaluate_actions(batch.observations, batch.actions.long().flatten())
+    values = values.flatten()
+    advantages = (batch.advantages - batch.advantages.mean()) / (batch.advantages.std() + 1e-8)
+    ratio = torch.exp(log_prob - batch.old_log_prob)
+    policy = -torch.min(advantages * ratio, advantages * ratio.clamp(1 - clip, 1 + clip)).mean()
+    clipped = batch.old_values + (values - batch.old_values).clamp(-value_clip, value_clip)
+    value = 0.5 * torch.max((values - batch.returns) ** 2, (clipped - batch.returns) ** 2).mean()
+    return policy - model.ent_coef * entropy.mean() + model.vf_coef * value
+
+
+def gradient(member: PPOMember, loss: torch.Tensor) -> torch.Tensor:
+    params = list(member.model.policy.parameters())
+    grads = torch.autograd.grad(loss, params, allow_unused=True, retain_graph=True)
+    return torch.cat([(torch.zeros_like(p) if g is None else g).flatten() for p, g in zip(params, grads)])
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal up to float32 rounding of sums taken in another order."""
+    return bool((a - b).norm() <= 1e-4 * b.norm())
+
+
+def test_the_update_takes_the_gradient_of_the_reference_loss_written_out_by_hand() -> None:
+    """SB3's own update, first minibatch: the gradient it applies is autograd's of the loss above, and not
+    that of SB3's value loss (mean squared error, twice the weight), which the sb3 setting keeps."""
+    grads = {}
+    for value_loss in ("reference", "sb3"):
+        member = make_member(seed=10, value_loss=value_loss, max_grad_norm=1e9)  # 1e9: no gradient clipping
+        grads[value_loss], batch = gradient_at_step(member, 1)
+        hand = hand_loss(member, batch)
+        # the first step: V = V_old, so the clipped error is the unclipped one, and SB3's value loss is
+        # 2 * 0.5 * (V - R)^2: the value part of the reference's gradient, doubled
+        value = 0.5 * ((batch.returns - member.model.policy.predict_values(batch.observations).flatten()) ** 2).mean()
+        reference, doubled = gradient(member, hand), gradient(member, hand + member.model.vf_coef * value)
+        assert close(grads[value_loss], reference if value_loss == "reference" else doubled)
+        assert not close(reference, doubled)
+    assert member.describe(member.settings) == "PPO (SB3 loss)"
+
+
+def test_clip_range_set_by_apply_clips_the_value_in_the_reference_loss() -> None:
+    """A step late in an update, where V has moved from V_old towards returns far from it (an env paying
+    every step): the value is clipped with the clip_range apply set at run time, and the value-only clip
+    range SB3 would use is not read."""
+    member = make_member(seed=11, env=FIXED, config=CLASSIC_CONFIG)
+    member.train(ROLLOUT)
+    member.apply({"clip_range": 2e-3, "max_grad_norm": 1e9})
+    applied, batch = gradient_at_step(member, 4)  # the second epoch's second minibatch
+    with torch.no_grad():
+        moved = (member.model.policy.predict_values(batch.observations).flatten() - batch.old_values).abs()
+    assert bool((moved > 2e-3).any())  # the clip binds
+    assert close(applied, gradient(member, hand_loss(member, batch)))
+    assert not close(applied, gradient(member, hand_loss(member, batch, value_clip=0.2)))
 
 
 def test_exploit_copies_the_donor_and_then_trains_with_the_new_config(donor_file: Path) -> None:
@@ -227,15 +331,47 @@ def test_save_load_train_equals_training_on(env: str, config: dict[str, Any] | N
     outer_rng = torch.get_rng_state()
     assert math.isfinite(original.evaluate(0))
     score = original.train(3 * ROLLOUT)
-    assert math.isfinite(score) or env == "bigfish"  # no bigfish episode fits in 3 tiny rollouts: weights decide
     # members swap their RNG states in and out: the caller's global RNG is untouched
     assert torch.equal(torch.get_rng_state(), outer_rng)
 
     resumed = make_member(seed=3, env=env, config=config)  # the same member, rebuilt as on --resume
     resumed.load(tmp_path / "m.pt", own=True)
-    assert same_score(resumed.train(3 * ROLLOUT), score)
+    resumed_score = resumed.train(3 * ROLLOUT)
     assert_same_tensors(weights(resumed), weights(original))
+    if env == "CartPole-v1":  # no bigfish episode fits in 3 tiny rollouts: there the weights decide alone
+        assert math.isfinite(score) and resumed_score == score
     assert resumed.steps == original.steps == 4 * ROLLOUT
+
+
+def test_a_resume_on_another_device_keeps_each_members_own_streams(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """--resume -m device=...: a CPU checkpoint resumed on a GPU gets a CUDA stream of the member's own (the
+    GPU is mocked: the seeding is recorded); a GPU checkpoint resumed on the CPU drops its CUDA stream and
+    trains on, its CPU streams restored as they were saved."""
+    import pbx.members.ppo as ppo
+
+    member = make_member(seed=3, env="CartPole-v1", config=CLASSIC_CONFIG)
+    member.train(ROLLOUT)
+    member.save(tmp_path / "cpu.pt")
+    monkeypatch.setattr(ppo, "_seeded_cuda_state", lambda seed: seed)  # the seed stands for the state
+    streams = []
+    for seed in (3, 4):
+        on_gpu = make_member(seed=seed, env="CartPole-v1", config=CLASSIC_CONFIG)
+        on_gpu._cuda = True
+        on_gpu.load(tmp_path / "cpu.pt", own=True)
+        assert_same_tensors({k: v for k, v in on_gpu._rng.items() if k != "cuda"},
+                            {k: v for k, v in member._rng.items() if k != "cuda"})
+        streams.append(on_gpu._rng["cuda"])
+    assert streams[0] != streams[1]
+    monkeypatch.undo()
+
+    edit_checkpoint(tmp_path / "cpu.pt", rng={**member._rng, "cuda": torch.zeros(16, dtype=torch.uint8)})
+    on_cpu = make_member(seed=3, env="CartPole-v1", config=CLASSIC_CONFIG)
+    on_cpu.load(tmp_path / "cpu.pt", own=True)
+    assert on_cpu._rng["cuda"] is None
+    on_cpu.train(ROLLOUT)
+    member.train(ROLLOUT)
+    assert_same_tensors(weights(on_cpu), weights(member))
 
 
 def test_a_recipient_is_scored_only_on_episodes_started_after_the_copy(tmp_path: Path) -> None:
@@ -345,6 +481,9 @@ def edit_checkpoint(path: Path, **changes: Any) -> None:
     (lambda p: edit_checkpoint(p, policy=None), "checkpoint lacks \\['policy'\\]"),
     (lambda p: edit_checkpoint(p, env="coinrun"), "trained on coinrun with 2 envs; this member runs bigfish with 2"),
     (lambda p: edit_checkpoint(p, n_envs=4), "trained on bigfish with 4 envs; this member runs bigfish with 2"),
+    # written before value_loss existed, so with SB3's loss: a resume would silently change the loss
+    (lambda p: edit_checkpoint(p, value_loss=None), "was trained with value_loss sb3, this run's settings say "
+                                                    "reference: set value_loss: sb3 in the member section"),
 ])
 def test_a_damaged_checkpoint_is_a_one_line_usage_error(damage: Any, match: str, tmp_path: Path) -> None:
     member = make_member(seed=2)
@@ -434,6 +573,8 @@ def test_space_files_match_the_settings_defaults() -> None:
     (Space({"batch_size": Categorical((2048, 1000))}), "batch_size 1000 does not divide n_envs \\* n_steps = 16384"),
     (Space({"batch_size": Continuous(64.0, 2048.0)}), "batch_size is an integer"),
     (Space({"gamma": Continuous(0.9, 1.5)}), "gamma must be in \\(0, 1\\], got 1.5"),
+    (Space({"clip_range_vf": Continuous(0.1, 0.3)}), "changing clip_range_vf has no effect with value_loss: "
+                                                     "reference, which clips the value with clip_range"),
 ])
 def test_bad_search_space_is_a_usage_error(space: Space, match: str) -> None:
     with pytest.raises(UsageError, match=match):
@@ -445,10 +586,26 @@ def test_bad_search_space_is_a_usage_error(space: Space, match: str) -> None:
     ({"gamma": 0.0}, "gamma must be in \\(0, 1\\], got 0.0"),
     ({"distribution_mode": "medium"}, "distribution_mode must be one of easy, hard"),
     ({"eval_episodes": -1}, "eval_episodes must be an integer >= 0 \\(0: no evaluation\\), got -1"),
+    ({"value_loss": "baselines"}, "value_loss must be one of reference, sb3, got 'baselines'"),
+    ({"clip_range_vf": 0.3}, "clip_range_vf=0.3 has no effect with value_loss: reference"),
+    ({"clip_range_vf": None}, "clip_range_vf=None has no effect with value_loss: reference"),
 ])
 def test_bad_settings_are_usage_errors(settings: dict[str, Any], match: str) -> None:
     with pytest.raises(UsageError, match=match):
         PPOSettings(**settings)
+
+
+@pytest.mark.parametrize("env, overrides, loss, described", [
+    ("bigfish", [], "reference", "PPO (reference loss)"),
+    ("bigfish", ["value_loss=sb3", "clip_range_vf=0.3"], "sb3", "PPO (SB3 loss)"),
+    ("CartPole-v1", [], "sb3", "PPO (SB3 loss)"),
+    ("CartPole-v1", ["value_loss=reference"], "reference", "PPO (reference loss)"),
+])
+def test_the_value_loss_defaults_to_the_reference_on_procgen_and_to_sb3s_on_gymnasium_ids(
+        env: str, overrides: list[str], loss: str, described: str) -> None:
+    cfg = resolve([{"run": {"env": env, "search": "none"}}], overrides)
+    assert cfg.member.value_loss == loss and cfg.to_dict()["member"]["value_loss"] == loss
+    assert cfg.member_cls.describe(cfg.member) == described
 
 
 def test_cuda_without_a_gpu_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:

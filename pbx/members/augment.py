@@ -5,13 +5,16 @@ Reinforcement Learning" (DrAC), regularise PPO with augmented observations; the
 PB2-Mix paper (Parker-Holder et al., 2021) tunes which augmentation on the fly.
 Each function here takes a batch of channels-first images ``(batch, C, H, W)``
 (uint8 or float, on any device), the largest pixel value ``high`` (255 for the
-observations SB3 trains on), and a ``torch.Generator`` on the batch's device,
-and returns a new batch of the same shape, dtype and device. Every random
-parameter is drawn per image from that generator, all images at once (no
-Python loop over the batch), so a member that owns the generator owns its
-augmentation stream and a checkpoint of the generator's state continues it bit
-for bit. Colour augmentations need RGB (``C == 3``); rotation needs square
-images.
+observations SB3 trains on), and a ``torch.Generator``, and returns a new batch
+of the same shape, dtype and device. Every random parameter is drawn per image
+from that generator, all images at once (no Python loop over the batch), so a
+member that owns the generator owns its augmentation stream and a checkpoint of
+the generator's state continues it bit for bit. The draws are made on the
+generator's device and moved to the batch's: DrAC keeps its generator on the
+CPU, whose state (unlike a CUDA generator's) a run resumed on either device
+can load, and the parameters are a few numbers per image (random_conv's
+kernels, 27 per channel, are the most). Colour augmentations need RGB
+(``C == 3``); rotation needs square images.
 
 Where we differ from DrAC's code, and why:
 - cutout / cutout_color: DrAC places the box at (12 + h, 24 + w) for a box of
@@ -50,13 +53,20 @@ LUMA = (0.299, 0.587, 0.114)
 """ITU-R 601 luma weights: grey = 0.299 R + 0.587 G + 0.114 B (DrAC's grayscale, through kornia)."""
 
 
-def _uniform(n: int, low: float, high: float, g: torch.Generator) -> torch.Tensor:
-    return low + (high - low) * torch.rand(n, generator=g, device=g.device)
+def _rand(shape: tuple[int, ...], x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """Uniform draws on [0, 1) from ``g`` on its own device, moved to the batch ``x``'s: the stream is the
+    generator's whatever device trains."""
+    return torch.rand(shape, generator=g, device=g.device).to(x.device)
 
 
-def _integers(n: int, low: int, high: int, g: torch.Generator) -> torch.Tensor:
-    """``n`` integers uniform on ``[low, high]`` (both ends included)."""
-    return torch.randint(low, high + 1, (n,), generator=g, device=g.device)
+def _uniform(x: torch.Tensor, low: float, high: float, g: torch.Generator) -> torch.Tensor:
+    """One number per image of ``x``, uniform on ``[low, high)``."""
+    return low + (high - low) * _rand((x.shape[0],), x, g)
+
+
+def _integers(x: torch.Tensor, low: int, high: int, g: torch.Generator) -> torch.Tensor:
+    """One integer per image of ``x``, uniform on ``[low, high]`` (both ends included)."""
+    return torch.randint(low, high + 1, (x.shape[0],), generator=g, device=g.device).to(x.device)
 
 
 def _like(y: torch.Tensor, x: torch.Tensor, high: float) -> torch.Tensor:
@@ -90,8 +100,8 @@ def crop(x: torch.Tensor, high: float, g: torch.Generator) -> torch.Tensor:
     its edge, which is what this does: no padded copy is made, and any dtype works.
     """
     n, _, h, w = x.shape
-    dy = _integers(n, -CROP_PAD, CROP_PAD, g)
-    dx = _integers(n, -CROP_PAD, CROP_PAD, g)
+    dy = _integers(x, -CROP_PAD, CROP_PAD, g)
+    dx = _integers(x, -CROP_PAD, CROP_PAD, g)
     rows = (dy[:, None] + torch.arange(h, device=x.device)).clamp(0, h - 1)  # (batch, H)
     cols = (dx[:, None] + torch.arange(w, device=x.device)).clamp(0, w - 1)  # (batch, W)
     return _remap(x, (rows[:, :, None] * w + cols[:, None, :]).flatten(1))
@@ -106,7 +116,7 @@ def random_conv(x: torch.Tensor, high: float, g: torch.Generator) -> torch.Tenso
     """
     n, c, h, w = x.shape
     std = math.sqrt(2.0 / (2 * c * 9))
-    kernels = std * torch.randn(n * c, c, 3, 3, generator=g, device=g.device)
+    kernels = std * torch.randn(n * c, c, 3, 3, generator=g, device=g.device).to(x.device)
     # one grouped convolution: image i's channels form group i
     y = F.conv2d(x.float().reshape(1, n * c, h, w), kernels, padding=1, groups=n).reshape(n, c, h, w)
     return _like(y, x, high)
@@ -120,7 +130,7 @@ def grayscale(x: torch.Tensor, high: float, g: torch.Generator) -> torch.Tensor:
 
 def flip(x: torch.Tensor, high: float, g: torch.Generator) -> torch.Tensor:
     """Upside down (DrAC's vertical flip), each image with probability 1/2."""
-    upside_down = torch.rand(x.shape[0], generator=g, device=g.device) < 0.5
+    upside_down = _rand((x.shape[0],), x, g) < 0.5
     return torch.where(upside_down[:, None, None, None], x.flip(2), x)
 
 
@@ -131,7 +141,7 @@ def rotate(x: torch.Tensor, high: float, g: torch.Generator) -> torch.Tensor:
         raise UsageError(f"augmentation rotate needs square images, got {h}x{w}")
     pixels = torch.arange(h * w, device=x.device).view(h, w)
     turned = torch.stack([torch.rot90(pixels, k).flatten() for k in range(4)])  # (4, H * W) source pixels
-    return _remap(x, turned[_integers(n, 0, 3, g)])
+    return _remap(x, turned[_integers(x, 0, 3, g)])
 
 
 def _boxes(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
@@ -139,8 +149,8 @@ def _boxes(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     n, _, h, w = x.shape
     masks = []
     for size in (h, w):
-        side = _integers(n, *CUTOUT_SIDES, g)
-        start = (torch.rand(n, generator=g, device=g.device) * (size - side + 1)).floor()
+        side = _integers(x, *CUTOUT_SIDES, g)
+        start = (_rand((n,), x, g) * (size - side + 1)).floor()
         pixel = torch.arange(size, device=x.device)
         masks.append((pixel >= start[:, None]) & (pixel < (start + side)[:, None]))  # (batch, size)
     rows, cols = masks
@@ -155,7 +165,7 @@ def cutout(x: torch.Tensor, high: float, g: torch.Generator) -> torch.Tensor:
 def cutout_color(x: torch.Tensor, high: float, g: torch.Generator) -> torch.Tensor:
     """One box per image, filled with a colour drawn uniformly over the pixel range (one per image)."""
     box = _boxes(x, g)
-    colour = high * torch.rand(x.shape[0], x.shape[1], 1, 1, generator=g, device=g.device)
+    colour = high * _rand((x.shape[0], x.shape[1], 1, 1), x, g)
     return torch.where(box, _like(colour, x, high), x)
 
 
@@ -170,8 +180,8 @@ def color_jitter(x: torch.Tensor, high: float, g: torch.Generator) -> torch.Tens
     _rgb(x, "color_jitter")
     n = x.shape[0]
     y = x.float() / high
-    brightness, contrast, saturation = (_uniform(n, 1 - JITTER, 1 + JITTER, g).view(n, 1, 1, 1) for _ in range(3))
-    angle = 2 * math.pi * _uniform(n, -HUE, HUE, g)
+    brightness, contrast, saturation = (_uniform(x, 1 - JITTER, 1 + JITTER, g).view(n, 1, 1, 1) for _ in range(3))
+    angle = 2 * math.pi * _uniform(x, -HUE, HUE, g)
     y = (y * brightness).clamp(0, 1)
     mean = _grey(y).mean(dim=(2, 3), keepdim=True)
     y = ((y - mean) * contrast + mean).clamp(0, 1)

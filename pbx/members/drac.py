@@ -21,6 +21,7 @@ recipient's own, like its other random streams.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
@@ -29,12 +30,14 @@ import torch.nn.functional as F
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
 from pbx.envs import is_procgen  # isort: skip
-from stable_baselines3 import PPO
+from stable_baselines3.common.type_aliases import RolloutBufferSamples
 
 from pbx.errors import UsageError
 from pbx.members.augment import AUGMENTATIONS
 from pbx.members.base import MemberContext
-from pbx.members.ppo import PPOMember, PPOSettings, _finite_number
+from pbx.members.ppo import PPOMember
+from pbx.members.ppo_settings import PPOSettings, _finite_number
+from pbx.members.update import Evaluate, PPOUpdate
 from pbx.space import Config
 
 
@@ -53,22 +56,6 @@ class DrACSettings(PPOSettings):
     """The augmentation (see :mod:`pbx.members.augment`); DrAC's best single choice on most games is crop."""
     aug_coef: float = 0.1
     """Weight of the regulariser G_pi + G_V in the loss (DrAC's default); 0 trains plain PPO."""
-
-
-class _AlsoDifferentiate(torch.autograd.Function):
-    """Identity on ``x`` whose backward also sends gradient 1 into the scalar ``extra``.
-
-    A loss built from the output then back-propagates as if ``extra`` had been added to it:
-    one ``loss.backward()`` in SB3's own update differentiates ``loss + extra``.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return grad, grad.new_ones(())
 
 
 def drac_terms(logits: torch.Tensor, values: torch.Tensor, aug_logits: torch.Tensor,
@@ -93,8 +80,9 @@ def drac_terms(logits: torch.Tensor, values: torch.Tensor, aug_logits: torch.Ten
     return g_pi, g_v
 
 
-class DrACPPO(PPO):
-    """SB3's PPO whose update adds ``aug_coef * (G_pi + G_V)`` to each minibatch's loss.
+class DrACPPO(PPOUpdate):
+    """PPO (:class:`~pbx.members.update.PPOUpdate`, either value loss) whose update adds
+    ``aug_coef * (G_pi + G_V)`` to each minibatch's loss.
 
     ``aug_type``, ``aug_coef`` and ``augment_rng`` are read at every minibatch, so values set
     between updates hold from the next one.
@@ -105,55 +93,46 @@ class DrACPPO(PPO):
         super().__init__(*args, **kwargs)
         self.aug_type = aug_type
         self.aug_coef = aug_coef
-        self.augment_rng = torch.Generator(device=self.device)
-        """Draws every augmentation's random parameters; lives on the observations' device."""
+        self.augment_rng = torch.Generator()
+        """Draws every augmentation's random parameters, on the CPU whatever the training device (see
+        :mod:`pbx.members.augment`), so its state means the same on every device and a run resumes on
+        another one with the same stream."""
+        self._logits: list[torch.Tensor] = []
 
-    def train(self) -> None:
-        """SB3's ``PPO.train``, unchanged, with DrAC's term in each minibatch's loss.
+    def extends_update(self) -> bool:
+        return True
 
-        SB3's update runs as it is, so clipping, value clipping, learning-rate and clip-range
-        schedules, early stopping on ``target_kl`` and its logs stay SB3's own, and a new SB3
-        release brings its fixes along (no copy of its 100-line loop to keep in step). For the
-        length of the update, the policy's ``evaluate_actions`` (called once per minibatch on
-        the minibatch's observations) also runs the policy on an augmented copy of them and
-        ties ``aug_coef * (G_pi + G_V)`` to the values it returns (:class:`_AlsoDifferentiate`),
-        so SB3's ``loss.backward()`` takes its gradient with PPO's, before gradient clipping.
-        What this relies on (one ``evaluate_actions`` per minibatch, its values in the loss) is
-        checked by a test on the gradient of SB3's first step (``tests/test_drac.py``).
+    def minibatch_loss(self, samples: RolloutBufferSamples, actions: torch.Tensor, values: torch.Tensor,
+                       evaluate: Evaluate, log: dict[str, list[float]]) -> torch.Tensor | None:
+        """PPO's own terms (:meth:`PPOUpdate.minibatch_loss`) plus ``aug_coef * (G_pi + G_V)``.
 
         The minibatch arrives as the rollout buffer holds it (ProcGen: uint8 pixels, 0-255); it
         is augmented as float32 on that scale, before the policy's preprocessing divides by 255,
         which accepts floats as well. Float keeps DrAC's arithmetic: its random convolution is
         not clipped to the pixel range, and colours are not rounded to 256 levels. A forward hook
-        on the action head picks up the logits SB3 computes anyway, so the original observations
-        cost no extra pass.
+        on the action head (set by :meth:`train`) picks up the logits SB3 computed on the
+        original observations, so they cost no extra pass.
         """
-        policy = self.policy
-        evaluate = policy.evaluate_actions
+        loss = super().minibatch_loss(samples, actions, values, evaluate, log)
         high = float(np.max(self.observation_space.high))
-        logits: list[torch.Tensor] = []
-        terms: list[tuple[float, float]] = []
+        augmented = AUGMENTATIONS[self.aug_type](samples.observations.float(), high, self.augment_rng)
+        aug_values, _, _ = evaluate(augmented, actions)
+        original_logits, aug_logits = self._logits  # the action head's outputs on obs, then on its augmented copy
+        self._logits.clear()
+        g_pi, g_v = drac_terms(original_logits, values[:, None], aug_logits, aug_values)
+        log["train/drac_policy_loss"].append(g_pi.item())
+        log["train/drac_value_loss"].append(g_v.item())
+        term = self.aug_coef * (g_pi + g_v)
+        return term if loss is None else loss + term
 
-        def evaluate_with_drac(obs: torch.Tensor,
-                               actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-            values, log_prob, entropy = evaluate(obs, actions)
-            aug_values, _, _ = evaluate(AUGMENTATIONS[self.aug_type](obs.float(), high, self.augment_rng), actions)
-            original, augmented = logits  # the action head's outputs on obs, then on its augmented copy
-            logits.clear()
-            g_pi, g_v = drac_terms(original, values, augmented, aug_values)
-            terms.append((g_pi.item(), g_v.item()))
-            return _AlsoDifferentiate.apply(values, self.aug_coef * (g_pi + g_v)), log_prob, entropy
-
-        hook = policy.action_net.register_forward_hook(lambda module, inputs, output: logits.append(output))
-        policy.evaluate_actions = evaluate_with_drac  # type: ignore[method-assign]
+    def train(self) -> None:
+        """:meth:`PPOUpdate.train` with DrAC's term, the action head's logits picked up by a forward hook."""
+        self._logits.clear()
+        hook = self.policy.action_net.register_forward_hook(lambda module, inputs, output: self._logits.append(output))
         try:
             super().train()
         finally:
             hook.remove()
-            del policy.evaluate_actions
-        g_pi, g_v = np.mean(terms, axis=0)
-        self.logger.record("train/drac_policy_loss", g_pi)
-        self.logger.record("train/drac_value_loss", g_v)
         self.logger.record("train/aug_coef", self.aug_coef)
 
 
@@ -165,6 +144,7 @@ class DrACMember(PPOMember):
     settings: DrACSettings
     model: DrACPPO
     algorithm = DrACPPO
+    name = "DrAC-PPO"
     checkpoint_keys = PPOMember.checkpoint_keys + ("augment_rng",)
 
     @classmethod
@@ -190,6 +170,19 @@ class DrACMember(PPOMember):
     def _checkpoint(self) -> dict[str, Any]:
         return {**super()._checkpoint(), "augment_rng": self.model.augment_rng.get_state()}
 
-    def _restore_world(self, state: dict[str, Any]) -> None:
-        super()._restore_world(state)
-        self.model.augment_rng.set_state(state["augment_rng"])
+    def _restore_world(self, state: dict[str, Any], path: Path) -> None:
+        """PPO's envs and random streams, and the augmentation stream; refuses one this pbx cannot continue.
+
+        The generator is a CPU one on every device, so a run resumes on another device with the same
+        draws. A checkpoint of a pbx that kept it on the GPU holds a CUDA generator's state (seed and
+        Philox offset, not a CPU generator's Mersenne Twister), which no CPU generator can continue.
+        """
+        rng = state["augment_rng"]
+        expected = self.model.augment_rng.get_state()
+        if not isinstance(rng, torch.Tensor) or rng.dtype != expected.dtype or rng.shape != expected.shape:
+            size = f"{rng.numel()} bytes" if isinstance(rng, torch.Tensor) else type(rng).__name__
+            raise UsageError(f"{path}: its augmentation stream is not a CPU generator's ({size}, not "
+                             f"{expected.numel()}): a pbx that drew DrAC's augmentations on the GPU wrote it, and this "
+                             f"one cannot continue that stream; resume with the pbx that wrote the run, or start anew")
+        super()._restore_world(state, path)
+        self.model.augment_rng.set_state(rng)

@@ -25,16 +25,14 @@ import re
 import zipfile
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 import numpy as np
 import torch
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
 from pbx.envs import DISTRIBUTION_MODES, StatefulVecEnv, check_env, is_procgen, make_env  # isort: skip
-from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger, configure
 from stable_baselines3.common.preprocessing import is_image_space
@@ -45,6 +43,8 @@ from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.members.base import Diverged, Member, MemberContext, MemberSettings
 from pbx.members.impala import ImpalaPolicy
+from pbx.members.ppo_settings import INTEGER_HYPERPARAMETERS, PPOSettings
+from pbx.members.update import PPOUpdate
 from pbx.rollout import Played, Watcher, play
 from pbx.space import Config, Continuous, Space
 
@@ -52,133 +52,11 @@ CHECKPOINT_FORMAT = 1
 _NON_FINITE = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)
 """An error message about non-finite numbers (whole words: "information" is not one)."""
 
-INTEGER_HYPERPARAMETERS = ("n_epochs", "batch_size")
 
 # Environment variables MPI launchers set to the number of ranks on this machine
 # (MPICH/Hydra, Open MPI, MVAPICH, Slurm); PMI_SIZE (all ranks) is the last resort.
 LOCAL_RANKS_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE",
                     "SLURM_NTASKS_PER_NODE", "PMI_SIZE")
-
-
-def _positive_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-
-def _non_negative_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def _finite_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-_DOMAINS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "n_envs": (_positive_int, "a positive integer"),
-    "n_steps": (_positive_int, "a positive integer"),
-    "batch_size": (lambda v: _positive_int(v) and v > 1, "an integer above 1"),
-    "n_epochs": (_positive_int, "a positive integer"),
-    "gamma": (lambda v: _finite_number(v) and 0 < v <= 1, "in (0, 1]"),
-    "gae_lambda": (lambda v: _finite_number(v) and 0 <= v <= 1, "in [0, 1]"),
-    "learning_rate": (lambda v: _finite_number(v) and v > 0, "a number above 0"),
-    "ent_coef": (lambda v: _finite_number(v) and v >= 0, "a number >= 0"),
-    "clip_range": (lambda v: _finite_number(v) and v > 0, "a number above 0"),
-    "clip_range_vf": (lambda v: v is None or (_finite_number(v) and v > 0), "a number above 0 or None"),
-    "vf_coef": (lambda v: _finite_number(v) and v >= 0, "a number >= 0"),
-    "max_grad_norm": (lambda v: _finite_number(v) and v > 0, "a number above 0"),
-    "normalize_reward": (lambda v: isinstance(v, bool), "true or false"),
-    "num_levels": (_non_negative_int, "an integer >= 0"),
-    "start_level": (_non_negative_int, "an integer >= 0"),
-    "distribution_mode": (lambda v: v in DISTRIBUTION_MODES, f"one of {', '.join(DISTRIBUTION_MODES)}"),
-    "eval_episodes": (_non_negative_int, "an integer >= 0 (0: no evaluation)"),
-    "eval_max_steps": (_positive_int, "a positive integer"),
-    "deterministic": (lambda v: isinstance(v, bool), "true or false"),
-    "eval_n_envs": (lambda v: v is None or _positive_int(v), "a positive integer or None"),
-}
-
-
-@dataclass
-class PPOSettings(MemberSettings):
-    """PPO and env settings; fixed for the run unless the search space names them (see ``hyperparameters``)."""
-
-    hyperparameters: ClassVar[tuple[str, ...]] = (
-        "learning_rate", "clip_range", "clip_range_vf", "ent_coef", "vf_coef", "max_grad_norm", "gamma",
-        "gae_lambda", "n_epochs", "batch_size")
-    """Settings a search space may explore: :meth:`PPOMember.apply` changes them while the agent trains."""
-    domains: ClassVar[Mapping[str, tuple[Callable[[Any], bool], str]]] = _DOMAINS
-    """Each setting's valid values and how an error message names them (a subclass adds its own settings)."""
-
-    n_envs: int = 64
-    """Envs stepped together; with n_steps it sizes the rollout buffer, so it cannot change while training."""
-    n_steps: int = 256
-    """Steps per env per rollout; one rollout is n_envs * n_steps env steps."""
-    batch_size: int = 2048
-    """Minibatch size in samples; must divide n_envs * n_steps (the paper's 8 minibatches = 2048)."""
-    n_epochs: int = 3
-    """Passes over each rollout."""
-    gamma: float = 0.999
-    """Discount factor (also the reward normaliser's)."""
-    gae_lambda: float = 0.95
-    """GAE lambda."""
-    learning_rate: float = 5e-4
-    """Adam step size."""
-    ent_coef: float = 0.01
-    """Entropy bonus coefficient."""
-    clip_range: float = 0.2
-    """PPO policy clip range."""
-    clip_range_vf: Optional[float] = 0.2
-    """Value-function clip range; None turns value clipping off."""
-    vf_coef: float = 0.5
-    """Value loss coefficient."""
-    max_grad_norm: float = 0.5
-    """Gradient norm clip."""
-    normalize_reward: bool = True
-    """Scale rewards by a running std of discounted returns (``VecNormalize(norm_obs=False)``)."""
-    num_levels: int = 200
-    """ProcGen training levels (0 = unrestricted); the test env always uses the unrestricted distribution."""
-    start_level: int = 0
-    """First ProcGen training level seed."""
-    distribution_mode: str = "easy"
-    """ProcGen difficulty, for the train and the test env."""
-    eval_episodes: int = 100
-    """Finished test episodes averaged by :meth:`PPOMember.evaluate`; 0 turns evaluation off."""
-    eval_n_envs: Optional[int] = None
-    """Envs in the test env; None = one per episode (all episodes at once, no bias to short ones)."""
-    eval_max_steps: int = 100_000
-    """Cap on a test run's vector steps, so an env without a time limit cannot hang the run; a test run
-    that reaches it before ``eval_episodes`` episodes finish scores NaN, with a warning."""
-    deterministic: bool = False
-    """Make GPU training reproducible (cuDNN and cuBLAS deterministic kernels), at their cost in speed.
-
-    Without it, runs and resumes reproduce bit for bit only on the CPU with the same
-    thread count (all cores, shared among local MPI ranks): GPU kernels may sum in
-    any order. With it, torch refuses nondeterministic kernels and cuBLAS gets a
-    fixed workspace (``CUBLAS_WORKSPACE_CONFIG=:4096:8``, set before CUDA starts).
-    """
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            self.check(f.name, getattr(self, f.name))
-        rollout = self.n_envs * self.n_steps
-        if rollout % self.batch_size:
-            raise UsageError(f"batch_size {self.batch_size} does not divide n_envs * n_steps = {rollout}; "
-                             f"use a divisor such as {max(rollout // 8, 2)} (8 minibatches)")
-
-    @classmethod
-    def check(cls, name: str, value: Any) -> None:
-        """Raise :class:`UsageError` unless ``value`` is a valid value of the setting ``name``."""
-        valid, expected = cls.domains[name]
-        if not valid(value):
-            raise UsageError(f"{name} must be {expected}, got {value!r}")
-
-    @classmethod
-    def check_names(cls, names: list[str]) -> None:
-        """Raise :class:`UsageError` unless every name is a hyperparameter a search may change."""
-        unknown = [n for n in names if n not in cls.hyperparameters]
-        if unknown:
-            raise UsageError(f"PPO has no hyperparameter {', '.join(map(repr, unknown))} to search over; "
-                             f"it can change {', '.join(cls.hyperparameters)} while training "
-                             f"(n_envs and n_steps size the rollout buffer: set them with -m instead)")
-
 
 def _thread_budget() -> int:
     """Cores this process may use: all of them, shared evenly among the MPI ranks on this machine."""
@@ -193,6 +71,13 @@ def _thread_budget() -> int:
 def _rng_state(cuda: bool) -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if cuda else None,
             "numpy": np.random.get_state(), "random": random.getstate()}
+
+
+def _seeded_cuda_state(seed: int) -> torch.Tensor:
+    """The state of the current GPU's generator seeded with ``seed``; the generator itself is left as it was."""
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()]):
+        torch.cuda.manual_seed(seed)
+        return torch.cuda.get_rng_state()
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
@@ -238,8 +123,10 @@ class PPOMember(Member):
     settings_cls = PPOSettings
     default_space = "ppo_procgen.yaml"
     settings: PPOSettings
-    algorithm: ClassVar[type[PPO]] = PPO
-    """The SB3 class trained; a subclass may change its update (see :mod:`pbx.members.drac`)."""
+    algorithm: ClassVar[type[PPOUpdate]] = PPOUpdate
+    """The SB3 class trained; a subclass may add to its update (see :mod:`pbx.members.drac`)."""
+    name: ClassVar[str] = "PPO"
+    """What :meth:`describe` calls the algorithm."""
     checkpoint_keys: ClassVar[tuple[str, ...]] = (
         "format", "env", "n_envs", "steps", "n_updates", "config", "policy", "optimizer", "reward_norm",
         "last_obs", "last_episode_starts", "env_state", "rng")
@@ -259,6 +146,19 @@ class PPOMember(Member):
         return {"t_ready": 32_768, "max_budget": 1_000_000}
 
     @classmethod
+    def setting_defaults(cls, env: str) -> dict[str, object]:
+        """ProcGen: the reference PPO's value loss (the settings' default). Gymnasium ids: SB3's own, under
+        which ``ppo_classic.yaml``'s defaults (rl-zoo's CartPole PPO) were tuned and the CartPole study of
+        ``docs/results.md`` ran."""
+        return {} if is_procgen(env) else {"value_loss": "sb3"}
+
+    @classmethod
+    def describe(cls, settings: MemberSettings) -> str:
+        """``"PPO (reference loss)"`` or ``"PPO (SB3 loss)"`` (a subclass's ``name`` in place of PPO)."""
+        assert isinstance(settings, PPOSettings)
+        return f"{cls.name} ({'reference' if settings.value_loss == 'reference' else 'SB3'} loss)"
+
+    @classmethod
     def space_file(cls, env: str) -> str:
         """The search space for ``env`` when the run names none: ProcGen's, or a classic-control one."""
         return cls.default_space if is_procgen(env) else "ppo_classic.yaml"
@@ -267,7 +167,7 @@ class PPOMember(Member):
     def validate(cls, space: Space, settings: MemberSettings, device: str) -> None:
         if not isinstance(settings, cls.settings_cls):
             raise UsageError(f"{cls.__name__} needs {cls.settings_cls.__name__}, got {type(settings).__name__}")
-        cls.settings_cls.check_names(space.names)
+        settings.check_searched(space.names)
         rollout = settings.n_envs * settings.n_steps
         for name, param in space.params.items():
             if isinstance(param, Continuous):
@@ -315,8 +215,8 @@ class PPOMember(Member):
                 warnings.filterwarnings("ignore", message="You are trying to run PPO on the GPU")
                 # The other hyperparameters are set by apply(), the one place that knows where SB3 reads them.
                 self.model = self.algorithm(ImpalaPolicy if image else "MlpPolicy", self._reward_norm,
-                                 n_steps=settings.n_steps, batch_size=settings.batch_size,
-                                 device=self.device, verbose=0)
+                                            n_steps=settings.n_steps, batch_size=settings.batch_size,
+                                            value_loss=settings.value_loss, device=self.device, verbose=0)
         # Start from the envs' first observations now (not inside the first ``learn``), so a
         # checkpoint written before any training holds them too. Reset the env SB3 steps
         # (``model.env``): for channels-last images it adds a ``VecTransposeImage`` on top.
@@ -355,7 +255,7 @@ class PPOMember(Member):
 
     def apply(self, config: Config) -> None:
         """Set each hyperparameter in ``config`` everywhere SB3 reads it; others keep their values."""
-        self.settings_cls.check_names(list(config))
+        self.settings.check_searched(list(config))
         config = {name: int(v) if name in INTEGER_HYPERPARAMETERS else v for name, v in config.items()}
         for name, value in config.items():
             self.settings_cls.check(name, value)
@@ -368,8 +268,10 @@ class PPOMember(Member):
         model.lr_schedule = FloatSchedule(hp["learning_rate"])
         for group in model.policy.optimizer.param_groups:
             group["lr"] = hp["learning_rate"]
+        # The reference value loss reads clip_range (tied); SB3's reads clip_range_vf, off for the reference's.
         model.clip_range = FloatSchedule(hp["clip_range"])
-        model.clip_range_vf = None if hp["clip_range_vf"] is None else FloatSchedule(hp["clip_range_vf"])
+        sb3_vf = hp["clip_range_vf"] if self.settings.value_loss == "sb3" else None
+        model.clip_range_vf = None if sb3_vf is None else FloatSchedule(sb3_vf)
         for name in ("ent_coef", "vf_coef", "max_grad_norm", "n_epochs", "batch_size", "gamma", "gae_lambda"):
             setattr(model, name, hp[name])
         # GAE reads copies held by the rollout buffer; the reward normaliser discounts on its own.
@@ -517,6 +419,7 @@ class PPOMember(Member):
             "last_episode_starts": model._last_episode_starts,
             "env_state": self._venv.get_state(),
             "rng": self._rng,
+            "value_loss": self.settings.value_loss,
         }
 
     def load(self, path: Path, *, own: bool) -> None:
@@ -534,14 +437,20 @@ class PPOMember(Member):
         self.steps = model.num_timesteps = state["steps"]
         model._n_updates = state["n_updates"]
         if own:
-            self._restore_world(state)
+            # a checkpoint from before the setting existed was trained with SB3's loss
+            trained = state.get("value_loss", "sb3")
+            if trained != self.settings.value_loss:
+                raise UsageError(f"{path} was trained with value_loss {trained}, this run's settings say "
+                                 f"{self.settings.value_loss}: set value_loss: {trained} in the member section "
+                                 f"of the run's config.yaml to resume it as it was trained")
+            self._restore_world(state, path)
         if model.ep_info_buffer is not None:
             model.ep_info_buffer.clear()
         # The optimizer load restored the saved lr into the param groups; apply sets it again.
         self._config = {}
         self.apply(state["config"])
 
-    def _restore_world(self, state: dict[str, Any]) -> None:
+    def _restore_world(self, state: dict[str, Any], path: Path) -> None:
         """Restore the envs, the per-env discounted returns and the RNG streams: this member's own resume.
 
         An exploit (a checkpoint of another member) leaves them alone. Copied too,
@@ -556,7 +465,15 @@ class PPOMember(Member):
         model._last_obs = np.empty_like(model._last_obs)
         model._last_obs[...] = state["last_obs"]
         model._last_episode_starts = state["last_episode_starts"]
-        self._rng = state["rng"]
+        self._rng = dict(state["rng"])
+        # A run may resume on another device (--resume -m device=...): the CPU streams carry on as they were;
+        # a GPU run resumed on the CPU drops its CUDA stream, a CPU run resumed on a GPU starts one of the
+        # member's own (seeded from its seed and step count), not the one the process's other members share.
+        if not self._cuda:
+            self._rng["cuda"] = None
+        elif self._rng["cuda"] is None:
+            self._rng["cuda"] = _seeded_cuda_state(int(np.random.SeedSequence(
+                self.context.seed, spawn_key=(2, self.steps)).generate_state(1, np.uint64)[0]))
 
     def close(self) -> None:
         self.model.env.close()
