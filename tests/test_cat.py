@@ -52,7 +52,11 @@ def explored_x(space: Space, cat_exp: str, category: str, monkeypatch) -> list[f
 @pytest.mark.parametrize("category", ["a", "b"])
 def test_exp3_dep_fits_only_the_chosen_categorys_rows(space: Space, category: str, monkeypatch) -> None:
     picks, rows = explore(space, "exp3_dep", category, monkeypatch)
-    assert np.all(np.abs(np.array(picks) - PEAKS[category]) < 0.15), picks
+    # The round's first pick goes to the category's own peak; later ones are spread from it by the pending
+    # points, but a GP fit on every row would send them towards b's higher peak.
+    other = PEAKS["b" if category == "a" else "a"]
+    assert abs(picks[0] - PEAKS[category]) < 0.15, picks
+    assert all(abs(x - PEAKS[category]) < abs(x - other) for x in picks), picks
     frame = two_peak_history(space).frame
     assert rows == [float(np.sum((frame["round"] >= 1) & (frame["opt"] == category)))] * len(rows)
 
