@@ -13,7 +13,7 @@ the generator's state continues it bit for bit. The draws are made on the
 generator's device and moved to the batch's: DrAC keeps its generator on the
 CPU, whose state (unlike a CUDA generator's) a run resumed on either device
 can load, and the parameters are a few numbers per image (random_conv's
-kernels, 27 per channel, are the most). Colour augmentations need RGB
+kernels, 81 per image, are the most). Colour augmentations need RGB
 (``C == 3``); rotation needs square images.
 
 Where we differ from DrAC's code, and why:

@@ -8,14 +8,18 @@ original's side held fixed (detached), so the augmentation teaches invariance
 without PPO's own targets seeing augmented data. The PB2-Mix paper (Parker-Holder
 et al., 2021) tunes ``aug_type`` (categorical) and ``aug_coef`` on the fly; both
 are run-time hyperparameters here, applied like PPO's own by :meth:`DrACMember.apply`.
+The term is added to PPO's loss, either value loss (:mod:`pbx.members.update`); the
+PB2-Mix code's PPO is the reference's, its value clipped with the clip range.
 
-The augmentation's random draws come from a ``torch.Generator`` of the member's
-own on the observations' device (:mod:`pbx.members.augment`), not from torch's
-global generator that :class:`~pbx.members.ppo.PPOMember` swaps in: SB3's action
-sampling and minibatch order stay exactly where plain PPO has them (DrAC with
-``aug_coef`` 0 trains bit for bit as PPO), and draws on a GPU need no host round
-trip. The generator's state is part of the checkpoint; an exploit keeps the
-recipient's own, like its other random streams.
+The augmentation's random draws come from a CPU ``torch.Generator`` of the member's
+own (:mod:`pbx.members.augment`), not from torch's global generator that
+:class:`~pbx.members.ppo.PPOMember` swaps in: SB3's action sampling and minibatch
+order stay exactly where plain PPO has them (DrAC with ``aug_coef`` 0 trains bit for
+bit as PPO). On the CPU whatever the training device, its state is the same kind of
+state everywhere, so ``--resume`` on another device continues the stream; the draws,
+a few numbers per image, are moved to the observations' device. The generator's state
+is part of the checkpoint; an exploit keeps the recipient's own, like its other random
+streams.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """One Stable-Baselines3 PPO agent as a population member.
 
-Defaults are the ProcGen paper's PPO (Cobbe et al., 2020, "Leveraging Procedural
-Generation to Benchmark Reinforcement Learning"): IMPALA CNN, 64 envs x 256
-steps, 8 minibatches, 3 epochs, gamma 0.999, lambda 0.95, entropy 0.01, lr
-5e-4, clip 0.2, value clip 0.2, reward normalisation; train on 200 easy levels,
-test on the unrestricted level distribution.
+Defaults are the ProcGen paper's PPO settings (Cobbe et al., 2020, "Leveraging
+Procedural Generation to Benchmark Reinforcement Learning"): IMPALA CNN, 64 envs x
+256 steps, 8 minibatches, 3 epochs, gamma 0.999, lambda 0.95, entropy 0.01, lr
+5e-4, clip 0.2 (the value's too), reward normalisation; train on 200 easy levels,
+test on the unrestricted level distribution. On ProcGen the loss is the reference
+PPO's (``value_loss: reference``, :mod:`pbx.members.update`); what still departs
+from that PPO is listed in ``docs/algorithms.md``.
 
 SB3 reads several hyperparameters through schedules or copies, so setting the
 attribute alone changes nothing (SB3 issues #735, #845, #942, #1336, #1877);
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import pickle
 import random
 import re
@@ -32,7 +33,7 @@ import numpy as np
 import torch
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
-from pbx.envs import DISTRIBUTION_MODES, StatefulVecEnv, check_env, is_procgen, make_env  # isort: skip
+from pbx.envs import StatefulVecEnv, check_env, is_procgen, make_env  # isort: skip
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger, configure
 from stable_baselines3.common.preprocessing import is_image_space
@@ -44,6 +45,8 @@ from pbx.files import durable_write
 from pbx.members.base import Diverged, Member, MemberContext, MemberSettings
 from pbx.members.impala import ImpalaPolicy
 from pbx.members.ppo_settings import INTEGER_HYPERPARAMETERS, PPOSettings
+from pbx.members.process import (LOCAL_RANKS_VARS, _check_device, _deterministic_torch, _resolve_device,  # noqa: F401
+                                 _rng_state, _seeded_cuda_state, _set_rng_state, _thread_budget)
 from pbx.members.update import PPOUpdate
 from pbx.rollout import Played, Watcher, play
 from pbx.space import Config, Continuous, Space
@@ -51,41 +54,6 @@ from pbx.space import Config, Continuous, Space
 CHECKPOINT_FORMAT = 1
 _NON_FINITE = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)
 """An error message about non-finite numbers (whole words: "information" is not one)."""
-
-
-# Environment variables MPI launchers set to the number of ranks on this machine
-# (MPICH/Hydra, Open MPI, MVAPICH, Slurm); PMI_SIZE (all ranks) is the last resort.
-LOCAL_RANKS_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE",
-                    "SLURM_NTASKS_PER_NODE", "PMI_SIZE")
-
-def _thread_budget() -> int:
-    """Cores this process may use: all of them, shared evenly among the MPI ranks on this machine."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    for var in LOCAL_RANKS_VARS:
-        value = os.environ.get(var, "")
-        if value.isdigit() and int(value) > 0:
-            return max(1, cores // int(value))
-    return cores
-
-
-def _rng_state(cuda: bool) -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if cuda else None,
-            "numpy": np.random.get_state(), "random": random.getstate()}
-
-
-def _seeded_cuda_state(seed: int) -> torch.Tensor:
-    """The state of the current GPU's generator seeded with ``seed``; the generator itself is left as it was."""
-    with torch.random.fork_rng(devices=[torch.cuda.current_device()]):
-        torch.cuda.manual_seed(seed)
-        return torch.cuda.get_rng_state()
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] is not None:
-        torch.cuda.set_rng_state(state["cuda"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["random"])
 
 
 class _RoundEpisodes(BaseCallback):
@@ -500,35 +468,3 @@ def _read_checkpoint(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
     if missing:
         raise UsageError(f"{path}: checkpoint lacks {missing}; {fix}")
     return state
-
-
-def _deterministic_torch() -> None:
-    """Deterministic kernels everywhere (cuDNN, cuBLAS); CUBLAS_WORKSPACE_CONFIG must precede CUDA's start."""
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True)
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
-
-
-def _check_device(device: str) -> None:
-    if device not in ("auto", "cpu", "cuda"):
-        raise UsageError(f"--device must be auto, cpu or cuda, got {device!r}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda but no CUDA GPU is available; use --device cpu or auto")
-
-
-def _resolve_device(device: str, image: bool, local_rank: int = 0) -> torch.device:
-    """``auto``: the GPU for CNN policies; MLP policies stay on the CPU, where SB3 runs them faster.
-
-    With several processes on a machine (MPI ranks), process ``local_rank`` takes GPU
-    ``local_rank`` modulo the GPU count, and makes it the current device, so that
-    ``cuda`` tensors, CUDA random states and cuDNN settings all mean that one GPU.
-    """
-    _check_device(device)
-    if device == "auto":
-        device = "cuda" if image and torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        return torch.device("cpu")
-    gpu = torch.device("cuda", local_rank % torch.cuda.device_count())
-    torch.cuda.set_device(gpu)
-    return gpu
