@@ -14,7 +14,7 @@ A strategy that cannot run at a population size (FIRE needs at least 6
 members) shows ``n/a`` in that cell and the reason under the table.
 
     .venv/bin/python benchmarks/bench_search.py [--seeds 10] [--cat-seeds 20] [--only toy|toy-cat]
-        [--search PB2 PBT ...]
+        [--search PB2 PBT ...] [--cat-exp random exp3_dep ...]
 """
 
 from __future__ import annotations
@@ -57,11 +57,11 @@ def toy(searches: list[str], seeds: range, tmp: Path) -> None:
         print(f"n/a: {note}")
 
 
-def toy_cat(seeds: range, tmp: Path) -> None:
+def toy_cat(cat_exps: list[str], seeds: range, tmp: Path) -> None:
     print(f"\ntoy-cat, population 4, 100 steps per member, t_ready 4, {len(seeds)} seeds "
           f"(mean ± std over seeds)")
     print(f"{'variant':>16} | {'best final Q':>19} | {'best on adam':>12} | {'final pop on adam':>17} | seconds")
-    variants = [("PB2", c) for c in CAT_EXPS] + [("PBT", "random")]
+    variants = [("PB2", c) for c in cat_exps] + [("PBT", "random")]
     for search, cat_exp in variants:
         start = time.perf_counter()
         q, best_adam, pop_adam = [], [], []
@@ -84,6 +84,8 @@ def main() -> None:
     # registry order, baselines first; replay is not a search (it retrains a schedule a run found)
     parser.add_argument("--search", nargs="+", default=[name for name in STRATEGIES if name != "replay"],
                         help="the strategies of the toy table (default: every search in the registry)")
+    parser.add_argument("--cat-exp", nargs="+", choices=CAT_EXPS, default=list(CAT_EXPS),
+                        help="PB2's variants in the toy-cat table, beside PBT (default: every --cat_exp)")
     args = parser.parse_args()
     try:
         searches = [canonical_search(name) for name in args.search]
@@ -93,7 +95,7 @@ def main() -> None:
         if args.only != "toy-cat":
             toy(searches, range(args.seeds), Path(tmp))
         if args.only != "toy":
-            toy_cat(range(args.cat_seeds), Path(tmp))
+            toy_cat(args.cat_exp, range(args.cat_seeds), Path(tmp))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from scipy.optimize import minimize
 from pbx.errors import UsageError
 from pbx.history import History, Row, rank_best_first
 from pbx.space import Categorical, Config, Continuous, Space
-from pbx.strategies import gp, pb2
+from pbx.strategies import acquisition, gp, pb2
 from pbx.strategies.kernels import TimeVaryingSE
 from pbx.strategies.acquisition import Acquisition, starts
 from pbx.strategies.gp import Posterior
@@ -209,10 +209,10 @@ def test_the_pick_is_never_below_any_starts_own_local_maximum(converged, monkeyp
     calls = []
     maximise = pb2.maximise
 
-    def recorded(acquisition, d, restarts, rng, seeds=None):
+    def recorded(acquisition, box, restarts, rng, seeds=None):
         again = copy.deepcopy(rng)  # the draws maximise makes, for the starts it climbs
-        best = maximise(acquisition, d, restarts, rng, seeds=seeds)
-        calls.append((acquisition, starts(acquisition, d, restarts, again, seeds), best))
+        best = maximise(acquisition, box, restarts, rng, seeds=seeds)
+        calls.append((acquisition, starts(acquisition, box, restarts, again, seeds), best))
         return best
 
     monkeypatch.setattr(pb2, "maximise", recorded)
@@ -432,3 +432,29 @@ def test_quiet_and_free_of_global_randomness(mixed: Space, capsys, recwarn, capl
     assert np.array_equal(np.random.get_state()[1], state)
     assert capsys.readouterr() == ("", "")
     assert not recwarn.list and not caplog.records
+
+
+def test_a_category_with_few_intervals_is_searched_near_the_donors_values(mixed: Space) -> None:
+    """The GP knows the peak from crop and flip; rotate, held by ``cat_exp fixed``, has no interval of its
+    own, so a copy moving to it keeps within TRUST_RADIUS of the donor's values instead of jumping to the
+    other categories' peak (where the unit cube's search sends it: the crop copy below)."""
+    seen = Space({**{name: mixed.params[name] for name in mixed.continuous},
+                  "aug": Categorical(("crop", "flip"))})
+    history = peaked_history(seen, rounds=12, seed=3)
+    latest = history.latest()
+    donor = int(np.argmax([np.linalg.norm(mixed.to_unit(history.config_of(row)) - PEAK)
+                           for _, row in latest.iterrows()]))
+    donor_config = history.config_of(latest.iloc[donor])
+    donor_unit = mixed.to_unit(donor_config)
+    assert np.linalg.norm(donor_unit - PEAK) > 0.3
+    moves = {}
+    for held in ("rotate", "crop"):
+        strategy = PB2(PB2Settings(cat_exp="fixed", fixed_cat_val=held))
+        plan = strategy.prepare(history, mixed, 1, RNG)
+        rows = plan.category_rows.get((held,), 0)
+        assert rows == 0 if held == "rotate" else rows >= acquisition.TRUST_ROWS
+        new = strategy.explore(donor, donor_config, RoundContext(history, mixed, plan), np.random.default_rng(0))[0]
+        assert new["aug"] == held
+        moves[held] = np.abs(mixed.to_unit(new) - donor_unit)
+    assert np.all(moves["rotate"] <= acquisition.TRUST_RADIUS + 1e-9)
+    assert np.max(moves["crop"]) > acquisition.TRUST_RADIUS

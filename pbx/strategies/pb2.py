@@ -37,6 +37,12 @@ Population Based AutoRL", NeurIPS 2021):
   category there while returning EXP3's, so its continuous values are tuned for a
   category the member does not run.
 
+A member moving to a category with few intervals in the window (fewer than
+:data:`~pbx.strategies.acquisition.TRUST_ROWS`), while other categories have run,
+has its continuous values searched near the donor's
+(:func:`~pbx.strategies.acquisition.search_box`): the GP knows too little of that
+category to send it across the cube.
+
 With too little data (round 0), or when the GP fails numerically, PB2 explores
 as PBT does, as the paper and Ray do; a run never dies of a GP failure.
 
@@ -62,7 +68,7 @@ from threadpoolctl import threadpool_limits
 from pbx.errors import UsageError
 from pbx.history import History
 from pbx.space import Config, Continuous, Space
-from pbx.strategies.acquisition import Acquisition, kappa, maximise
+from pbx.strategies.acquisition import Acquisition, kappa, maximise, search_box
 from pbx.strategies.base import Decision, Explored, RoundContext
 from pbx.strategies.categorical import (BANDITS, CAT_EXPS, EXP3_PLAYS, CategoryBandits, codes, config_codes,
                                         fixed_values)
@@ -227,6 +233,8 @@ class RoundPlan:
     """Each recipient's categorical values, in order (``fixed`` and the EXP3 values; empty for ``random``)."""
     info: dict[str, float] = field(default_factory=dict)
     """EXP3's chance of each arm per pick, for every decision of the round."""
+    category_rows: dict[tuple, int] = field(default_factory=dict)
+    """Intervals in the window per category tuple that ran (``space.categorical`` order)."""
 
 
 class PB2(PBT):
@@ -252,13 +260,18 @@ class PB2(PBT):
         """Draw the recipients' categories (EXP3: ``recipients`` distinct arms) and fit the round's GPs."""
         mode = self.settings.cat_exp
         data = intervals(history, space, self.settings.window)
-        plan = RoundPlan({})
+        ran, counts = np.unique(data.cats, axis=0, return_counts=True)
+        category_rows = {tuple(space.params[name].choices[int(i)] for name, i in zip(space.categorical, row)): int(n)
+                         for row, n in zip(ran, counts)}
+        categories: list[Config] = []
+        info: dict[str, float] = {}
         if mode in BANDITS:
             bandits = CategoryBandits.replay(space, data.round, data.cats, data.rate, data.explored,
                                              *self._bandit_context(mode), self.settings.exp3_plays)
-            plan = RoundPlan({}, bandits.draw(recipients, rng), bandits.info())
+            categories, info = bandits.draw(recipients, rng), bandits.info()
         elif mode == "fixed":
-            plan = RoundPlan({}, [fixed_values(space, self.settings.fixed_cat_val)] * recipients)
+            categories = [fixed_values(space, self.settings.fixed_cat_val)] * recipients
+        plan = RoundPlan({}, categories, info, category_rows)
         if mode == "exp3_dep":
             for config in plan.categories:
                 key = _key(space, config)
@@ -345,7 +358,9 @@ class PB2(PBT):
         try:
             with quiet():
                 acquisition = Acquisition(gp.posterior, query, points.reshape(len(pending), len(query) + d), gp.kappa)
-                best = maximise(acquisition, d, self.settings.restarts, rng, seeds=seeds)
+                box = search_box(donor_unit, plan.category_rows.get(_key(space, new), 0),
+                                 sum(plan.category_rows.values()))
+                best = maximise(acquisition, box, self.settings.restarts, rng, seeds=seeds)
                 values, _ = acquisition(np.vstack([best, donor_unit]))
         except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
             logger.warning("PB2: the acquisition failed (%s); exploring as PBT for this member", err)
