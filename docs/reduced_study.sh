@@ -20,3 +20,16 @@ vs() {  # vs STUDY BASELINE
 vs reduced_toy PBT
 vs reduced_cartpole PBT
 vs reduced_toy_cat PB2-random
+# Greediness: none, PBT, PB2 and FIRE on the deceptive toy and on the plain toy (docs/results.md).
+"$PY" -m pbx.sweep experiments/reduced_deceptive.yaml
+"$PY" -m pbx.sweep experiments/reduced_deceptive.yaml -m env=toy
+for sweep in reduced_deceptive:reduced_deceptive reduced_deceptive-toy:reduced_deceptive_toy; do
+    src=sweeps/${sweep%%:*} dst=docs/results/${sweep##*:}
+    "$PY" -m pbx.report "$src" > /dev/null
+    mkdir -p "$dst"
+    cp "$src/report/"{statistics.md,statistics.tex,comparison.md,comparison.png,intervals.png,profile.png} "$dst/"
+    "$PY" -m pbx.report "$src" --baseline PBT --out "$src/report-vs-PBT" > /dev/null
+    cp "$src/report-vs-PBT/statistics.md" "$dst/statistics-vs-PBT.md"
+done
+"$PY" -m pbx.report sweeps/reduced_deceptive --baseline PB2 --out sweeps/reduced_deceptive/report-vs-PB2 > /dev/null
+cp sweeps/reduced_deceptive/report-vs-PB2/statistics.md docs/results/reduced_deceptive/statistics-vs-PB2.md
