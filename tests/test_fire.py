@@ -19,6 +19,7 @@ from pbx.members.toy_deceptive import DeceptiveToyMember, DeceptiveToySettings, 
 from pbx.members.base import MemberContext
 from pbx.space import Continuous, Space
 from pbx.strategies import FIRE, FIRESettings, RunContext
+from pbx.strategies.fire import _overlap
 
 from conftest import ROOT, kill_after, run_toy, start_train
 
@@ -60,6 +61,7 @@ def test_curves_compare_where_they_reach_the_same_score() -> None:
     above, below = [10.0, 11.0], [1.0, 2.0]  # never the same score: the gap, a sure win, no loss
     assert fire._score_diff(above, below) == 8.0 and fire._binomial(above, below) == 0.0
     assert fire._score_diff(below, above) == 0.0 and fire._binomial(below, above) == 1.0
+    assert _overlap(np.array([]), np.array(below)) is None and fire._binomial([], below) == 1.0  # all NaN
     # smoothing over 1 round: weights exp(-d^2 / 2) of the distance d in rounds, e.g. 3 e^-2 / (1 + e^-0.5 + e^-2)
     assert _fire(smoothing=1.0)._smooth([0.0, 0.0, 3.0]).round(3).tolist() == [0.233, 0.822, 1.722]
 

@@ -261,7 +261,10 @@ class FIRE(PBT):
 
 def _overlap(mine: np.ndarray, theirs: np.ndarray) -> tuple[int, int, int] | None:
     """Where the two curves reach the same score: ``(i, j, n)``, the curves compared from ``mine[i]`` and
-    ``theirs[j]`` for ``n`` points; None when the one that starts lower never reaches the other's start."""
+    ``theirs[j]`` for ``n`` points; None when the one that starts lower never reaches the other's start, or a
+    curve is empty (every score NaN)."""
+    if not len(mine) or not len(theirs):
+        return None
     if mine[0] < theirs[0]:
         reached = np.flatnonzero(mine >= theirs[0])
         i, j = (int(reached[0]), 0) if len(reached) else (None, 0)
