@@ -52,15 +52,16 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     comm = world()
-    if comm is not None and comm.Get_rank() > 0:
-        return follow(comm)
     # A scheduler's SIGTERM (end of a job's time) stops the sweep like Ctrl-C.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if comm is not None and comm.Get_rank() > 0:
+        return follow(comm)
     sweep = None
     try:
         args = build_parser().parse_args(argv)
-        sweep = load_sweep(args.file, args.seeds, args.overrides, args.out,
-                           ranks=comm.Get_size() if comm is not None else 1)
+        # Resolved as the runs will be: on this launch's ranks, or on the Slurm tasks' the script asks for.
+        ranks = comm.Get_size() if comm is not None else None if args.print_slurm is not None else 1
+        sweep = load_sweep(args.file, args.seeds, args.overrides, args.out, ranks)
         runs = sweep.runs
         if args.only is not None and not 0 <= args.only < len(runs):
             raise UsageError(f"--only {args.only}: the sweep has runs 0 to {len(runs) - 1}")

@@ -57,7 +57,7 @@ from pbx.files import durable_write
 from pbx.fingerprint import differing_keys
 from pbx.history import best_rows, complete_rounds, read_csv
 from pbx.run_dir import RunDir
-from pbx.runners.mpi import Kind, receive, send
+from pbx.runners.mpi import Kind, abort, receive, send
 from pbx.slurm import SlurmSettings, slurm_settings
 from pbx.yaml_files import read_yaml
 
@@ -134,9 +134,10 @@ class Sweep:
 
 
 def load_sweep(file: str | Path, seeds: str | None = None, overrides: Sequence[str] = (),
-               out: str | Path | None = None, ranks: int = 1) -> Sweep:
-    """Read an experiment file and resolve every variant as ``pbx.train`` would on ``ranks`` MPI ranks (a
-    :class:`UsageError` names the file and the variant), before anything is written."""
+               out: str | Path | None = None, ranks: int | None = 1) -> Sweep:
+    """Read an experiment file and resolve every variant as ``pbx.train`` would on ``ranks`` MPI ranks (None:
+    the ranks of the file's Slurm tasks), before anything is written; a :class:`UsageError` names the file and
+    the variant."""
     from pbx.train import rank_layers
 
     file = Path(file)
@@ -155,10 +156,11 @@ def load_sweep(file: str | Path, seeds: str | None = None, overrides: Sequence[s
     if clash:
         raise UsageError(f"-m {', '.join(clash)}: swept by {file}'s sweep: section; edit the file instead")
     seed_list = parse_seeds(seeds if seeds is not None else raw.get("seeds"), file)
+    slurm = slurm_settings(raw.get("slurm"), file)
     baseline, resolved = None, {}
     for variant in variants:
         try:
-            cfg = resolve([*rank_layers(ranks), experiment, variant.settings])
+            cfg = resolve([*rank_layers(slurm.ranks if ranks is None else ranks), experiment, variant.settings])
         except UsageError as err:
             raise UsageError(f"{file}: variant {variant.name}: {err}") from None
         if baseline is None and cfg.run.search == "none":
@@ -168,7 +170,7 @@ def load_sweep(file: str | Path, seeds: str | None = None, overrides: Sequence[s
         resolved[variant.name] = config
     suffix = "".join(f"-{_safe(v)}" for _, v in items)
     return Sweep(file, Path(out) if out is not None else Path("sweeps") / f"{file.stem}{suffix}", experiment,
-                 list(overrides), variants, seed_list, baseline, slurm_settings(raw.get("slurm"), file), resolved)
+                 list(overrides), variants, seed_list, baseline, slurm, resolved)
 
 
 def expand(spec: Any, file: Path) -> list[Variant]:
@@ -336,8 +338,11 @@ def follow(comm: Intracomm) -> int:
     """An MPI rank other than 0: take part in each run rank 0 trains, until it says there are no more."""
     from pbx import train
 
-    while receive(comm, Kind.RUN, Kind.END).kind is Kind.RUN:
-        train.follow_run(comm)
+    try:
+        while receive(comm, Kind.RUN, Kind.END).kind is Kind.RUN:
+            train.follow_run(comm)
+    except KeyboardInterrupt:  # between runs (inside one, the run's own handling ends the job)
+        abort(f"rank {comm.Get_rank()}: interrupted", 130)
     return 0
 
 

@@ -138,9 +138,11 @@ def test_slurm_array_runs_one_run_per_task(reference, tmp_path) -> None:
         assert f"#SBATCH {option}\n" in text
     assert re.search(r"^exec \S*mpiexec -n 2 \S+python\S* -m pbx.sweep .* --only \"\$SLURM_ARRAY_TASK_ID\"$", text,
                      re.M)
-    ranked.write_text(EXPERIMENT + "slurm: {ranks: 2, launcher: srun}\n")
-    assert main([str(ranked), "--out", str(tmp_path / "r"), "--print-slurm", str(script)]) == 0
+    ranked.write_text(EXPERIMENT.replace("pop_size: 4, ", "") + "slurm: {ranks: 6, launcher: srun}\n")
+    assert main([str(ranked), "--out", str(tmp_path / "s"), "--print-slurm", str(script)]) == 0
     assert re.search(r"^exec srun --kill-on-bad-exit=1 \S+python\S* -m pbx.sweep ", script.read_text(), re.M)
+    # resolved as the tasks will run: on 6 ranks, one member each
+    assert yaml.safe_load((tmp_path / "s/PBT/variant.yaml").read_text())["run"]["pop_size"] == 6
 
 
 def test_an_mpi_sweep_goes_on_past_runs_that_fail_on_any_rank(reference, tmp_path) -> None:
