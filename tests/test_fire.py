@@ -105,30 +105,28 @@ def _history_of(run_dir: Path) -> pd.DataFrame:
     return read_csv(run_dir / "history.csv").drop(columns="wall_s")
 
 
-def test_a_fire_run_killed_and_resumed_writes_the_uninterrupted_history(tmp_path: Path) -> None:
+def test_fire_killed_and_resumed_or_on_two_ranks_writes_the_synchronous_history(tmp_path: Path) -> None:
+    """One uninterrupted synchronous run is the reference for both a kill -9 + resume and ``mpiexec -n 2``."""
     whole = start_train(*FIRE_TOY, "--run-dir", str(tmp_path / "whole"))
     out, err = whole.communicate(timeout=120)
     assert whole.returncode == 0, err
-    killed = start_train(*FIRE_TOY, "--run-dir", str(tmp_path / "killed"))
-    kill_after(killed, tmp_path / "killed" / "history.csv", rows=6 * 8)
-    assert 8 <= read_csv(tmp_path / "killed" / "history.csv")["round"].max() < 24, "the kill should land mid-run"
-    resumed = start_train("--resume", str(tmp_path / "killed"))
-    assert resumed.wait(timeout=120) == 0, resumed.stderr.read()
     frame = _history_of(tmp_path / "whole")
-    pd.testing.assert_frame_equal(_history_of(tmp_path / "killed"), frame)
     # the run did FIRE's work: evaluators took P2 weights, and the best member is a result
     evaluators = frame[frame["role"] == "eval"]
     assert (evaluators["explored"] & evaluators["parent"].isin([2, 3])).any()
     assert "(member 0)" in out.splitlines()[-1] or "(member 1)" in out.splitlines()[-1]
 
+    killed = start_train(*FIRE_TOY, "--run-dir", str(tmp_path / "killed"))
+    kill_after(killed, tmp_path / "killed" / "history.csv", rows=6 * 8)
+    assert 8 <= read_csv(tmp_path / "killed" / "history.csv")["round"].max() < 24, "the kill should land mid-run"
+    resumed = start_train("--resume", str(tmp_path / "killed"))
+    assert resumed.wait(timeout=120) == 0, resumed.stderr.read()
+    pd.testing.assert_frame_equal(_history_of(tmp_path / "killed"), frame)
 
-def test_fire_under_two_mpi_ranks_writes_the_synchronous_history(tmp_path: Path) -> None:
-    sync = start_train(*FIRE_TOY, "--run-dir", str(tmp_path / "sync"))
-    assert sync.wait(timeout=120) == 0, sync.stderr.read()
     mpi = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "pbx.train", *FIRE_TOY, "--run-dir",
                           str(tmp_path / "mpi")], cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert mpi.returncode == 0, mpi.stderr
-    pd.testing.assert_frame_equal(_history_of(tmp_path / "mpi"), _history_of(tmp_path / "sync"))
+    assert mpi.returncode == 0 and "6 members on 2 MPI ranks" in mpi.stdout, mpi.stderr
+    pd.testing.assert_frame_equal(_history_of(tmp_path / "mpi"), frame)
 
 
 @pytest.mark.parametrize("args, message", [
