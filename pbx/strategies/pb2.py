@@ -37,9 +37,9 @@ Population Based AutoRL", NeurIPS 2021):
   category there while returning EXP3's, so its continuous values are tuned for a
   category the member does not run.
 
-A member moving to a category with few intervals in the window (fewer than
-:data:`~pbx.strategies.acquisition.TRUST_ROWS`), while other categories have run,
-has its continuous values searched near the donor's
+A member moving to another category than its donor's, one with few intervals in
+the window (fewer than :data:`~pbx.strategies.acquisition.TRUST_ROWS`), has its
+continuous values searched near the donor's
 (:func:`~pbx.strategies.acquisition.search_box`): the GP knows too little of that
 category to send it across the cube.
 
@@ -358,8 +358,8 @@ class PB2(PBT):
         try:
             with quiet():
                 acquisition = Acquisition(gp.posterior, query, points.reshape(len(pending), len(query) + d), gp.kappa)
-                box = search_box(donor_unit, plan.category_rows.get(_key(space, new), 0),
-                                 sum(plan.category_rows.values()))
+                box = search_box(donor_unit, _key(space, new) != _key(space, donor_config),
+                                 plan.category_rows.get(_key(space, new), 0))
                 best = maximise(acquisition, box, self.settings.restarts, rng, seeds=seeds)
                 values, _ = acquisition(np.vstack([best, donor_unit]))
         except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
