@@ -48,7 +48,9 @@ def test_pbt_on_bigfish_two_members_two_rounds(tmp_path) -> None:
         assert {"pbx/test_score", "hp/learning_rate", "hp/ent_coef", "train/value_loss"} <= tags
     assert {"pbx/best_member_test_score"} <= tensorboard_tags(run_dir / "tb" / "population")
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert config["member"]["n_envs"] == 2 and config["space"]["learning_rate"]["log"] is True
+    assert config["member"]["n_envs"] == 2 and config["member"]["value_loss"] == "reference"
+    # PB2-Mix's scales: every range linear, the learning rate's too
+    assert not any(param.get("log") for param in config["space"].values())
 
 
 def test_none_on_bigfish_trains_the_fixed_baseline_and_never_copies(tmp_path) -> None:
@@ -128,6 +130,36 @@ def test_a_killed_ppo_population_resumes_to_the_uninterrupted_history(tmp_path) 
     assert resumed.returncode == 0, err
     pd.testing.assert_frame_equal(read_csv(history).drop(columns="wall_s"),
                                   read_csv(tmp_path / "whole" / "history.csv").drop(columns="wall_s"))
+
+
+def test_a_drac_run_resumed_with_its_device_given_continues_bit_for_bit(tmp_path, capsys) -> None:
+    """DrAC's checkpoint through pbx.train (in-process: imports are most of a tiny run's time), augmentation
+    stream included: one round resumed with -m max_budget=64 device=cpu writes the history and weights of two
+    rounds run at once. (A GPU on one side needs a machine with one; without one, asking for it is refused in
+    one line.)"""
+    import torch
+
+    from pbx.train import main
+
+    drac = ["--env", "bigfish", "--search", "none", "--batchsize", "2", "--device", "cpu", "--t_ready", "32",
+            "-m", "n_envs=2", "n_steps=16", "batch_size=32", "n_epochs=1", "eval_episodes=0",  # the weights tell
+            "aug_type=random_conv", "aug_coef=0.5"]
+    assert main([*drac, "--max_budget", "64", "--run-dir", str(tmp_path / "whole")]) == 0
+    assert main([*drac, "--max_budget", "32", "--run-dir", str(tmp_path / "cut")]) == 0
+    capsys.readouterr()
+    assert main(["--resume", str(tmp_path / "cut"), "-m", "max_budget=64", "device=cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "no CUDA GPU is available" in err
+    assert main(["--resume", str(tmp_path / "cut"), "-m", "max_budget=64", "device=cpu"]) == 0
+    pd.testing.assert_frame_equal(read_csv(tmp_path / "cut" / "history.csv").drop(columns="wall_s"),
+                                  read_csv(tmp_path / "whole" / "history.csv").drop(columns="wall_s"))
+    saved = {(run, m): torch.load(tmp_path / run / "checkpoints" / f"member_{m}.r1.ckpt", weights_only=False)
+             for run in ("cut", "whole") for m in (0, 1)}
+    for m in (0, 1):
+        cut, whole = saved["cut", m], saved["whole", m]
+        assert torch.equal(cut["augment_rng"], whole["augment_rng"])
+        assert all(torch.equal(cut["policy"][k], whole["policy"][k]) for k in whole["policy"])
+    assert not torch.equal(saved["whole", 0]["augment_rng"], saved["whole", 1]["augment_rng"])  # streams per member
 
 
 @pytest.mark.parametrize("args, message", [
