@@ -20,7 +20,8 @@ from pbx.strategies.kernels import TimeVaryingSE
 from pbx.strategies.acquisition import Acquisition, starts
 from pbx.strategies.gp import Posterior
 from pbx.strategies.pb2 import PB2, PB2Settings, intervals
-from pbx.strategies.base import Pending, RoundContext
+from pbx.strategies.base import Pending, RoundContext, RunContext
+from pbx.strategies.categorical import CategoryBandits
 from pbx.strategies.selection import WinnerTakesAll
 
 from conftest import rate_history
@@ -458,3 +459,18 @@ def test_a_category_with_few_intervals_is_searched_near_the_donors_values(mixed:
         moves[held] = np.abs(mixed.to_unit(new) - donor_unit)
     assert np.all(moves["rotate"] <= acquisition.TRUST_RADIUS + 1e-9)
     assert np.max(moves["crop"]) > acquisition.TRUST_RADIUS
+
+
+def test_a_move_to_a_category_that_has_hardly_run_keeps_the_donors_values(mixed: Space, monkeypatch) -> None:
+    """PB2-Mult has no GP for rotate (no interval ran it): the move is the member's exploration, and its
+    continuous values stay the donor's rather than PBT's perturbation of them."""
+    seen = Space({**{name: mixed.params[name] for name in mixed.continuous},
+                  "aug": Categorical(("crop", "flip"))})
+    history = peaked_history(seen, rounds=6, seed=1)
+    monkeypatch.setattr(CategoryBandits, "draw", lambda self, k, rng: [{"aug": "rotate"}] * k)
+    strategy = PB2(PB2Settings(cat_exp="exp3_dep"), context=RunContext(rounds=20, pop_size=8))
+    explored = [d for d in strategy.decide(history, mixed, np.random.default_rng(0)) if d.explored]
+    assert explored
+    for d in explored:
+        donor = history.config_of(history.latest().iloc[d.donor])
+        assert d.config == {**donor, "aug": "rotate"} and d.info["gp"] == 0
