@@ -36,7 +36,7 @@ written, and how it is executed."""
 @functools.cache
 def provenance() -> dict[str, str | None]:
     """The pbx that is running: its version, and the git commit when the package lies in a git checkout
-    (``+dirty`` when the checkout's tracked files differ from it); None from a plain install."""
+    (``+dirty`` when the package's tracked files differ from it); None from a plain install."""
     return {"version": pbx.__version__, "commit": _commit(Path(pbx.__file__).resolve().parent)}
 
 
@@ -55,7 +55,8 @@ def _commit(package: Path) -> str | None:
     head = git("rev-parse", "HEAD")
     if head is None:
         return None
-    dirty = git("status", "--porcelain", "--untracked-files=no")
+    # Only the package's own files decide what a run learns; an edited README or test does not.
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".")
     return head + ("+dirty" if dirty else "")
 
 
