@@ -2,8 +2,8 @@
 
     python -m pbx.sweep experiments/reduced_toy.yaml                     # the seeds the file names
     python -m pbx.sweep experiments/reduced_toy.yaml --seeds 5 --out sweeps/toy5
-    python -m pbx.sweep experiments/procgen_mix.yaml -m env=coinrun --print-slurm coinrun.sbatch
-    python -m pbx.sweep experiments/procgen_mix.yaml -m env=coinrun --only 7   # one run (an array task)
+    python -m pbx.sweep experiments/procgen_mix.yaml --print-slurm procgen_mix.sbatch   # six games, one folder
+    python -m pbx.sweep experiments/procgen_mix.yaml --only 7   # one run (an array task)
 
 Rerunning the same command after a crash, Ctrl-C or a job's time limit skips
 finished runs, resumes stopped ones and starts the rest, each from its variant's
@@ -39,7 +39,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--out", default=None, metavar="DIR",
                    help="sweep folder (default: sweeps/<file stem>, plus -<value> per -m item)")
     p.add_argument("-m", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
-                   help="override a setting of every run, e.g. -m env=coinrun device=cpu")
+                   help="override a setting of every run, e.g. -m device=cpu eval_episodes=10")
     p.add_argument("--only", type=int, default=None, metavar="INDEX",
                    help="run only the INDEX-th run (seed by seed, variants in file order; a Slurm array task)")
     p.add_argument("--keep-stored", "--keep_stored", dest="keep_stored", action="store_true",
