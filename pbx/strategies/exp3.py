@@ -28,9 +28,9 @@ Where this departs from the PB2 authors' code (``exp3.py``, ``deep_round.py``):
 - Both update once per member and round. Where the population ``B`` is below
   ``K`` the reference divides the reward by a probability it has already
   multiplied by ``B``, so each play moves the weights ``1/B`` of Exp3.M's step;
-  here every play is Exp3.M's step. The reference weighs every play as drawn;
-  here that is ``exp3_plays: all``, and the default weighs a member that kept
-  running at chance 1 (:data:`pbx.strategies.categorical.EXP3_PLAYS`).
+  here every play is Exp3.M's step. The reference weighs every play as drawn,
+  and so does the default, ``exp3_plays: all``; ``drawn`` weighs a member that
+  kept running at chance 1 (:data:`pbx.strategies.categorical.EXP3_PLAYS`).
 """
 
 from __future__ import annotations

@@ -115,13 +115,16 @@ class PB2Settings(PBTSettings):
     ``running`` reached a best final Q of 1.19939 ± 0.00004 at population 2 against 1.19268 ± 0.01847
     (equal at population 4); on a drifting peak its picks were as close to the peak (+0.011 ± 0.015,
     and -0.016 ± 0.011 on 30 other seeds) and the population's final score higher (+349 ± 129)."""
-    exp3_plays: str = "drawn"
+    exp3_plays: str = "all"
     """Which of EXP3's plays (every member's round) are importance-weighted as drawn
-    (:data:`pbx.strategies.categorical.EXP3_PLAYS`): ``drawn``, those whose category the bandit
-    drew, or ``all``, as the reference code. Measured in ``benchmarks/bench_exp3.py`` (population
-    4, 20 seeds): with one better category of 4, ``drawn`` put 0.51 / 0.71 / 0.80 on it at 15 / 30 /
-    60 rounds (``all`` 0.68 / 0.79 / 0.81, PB2-Rand 0.60 / 0.63 / 0.63); with 8 equal categories
-    39% of its picks repeated a category the population held, 32% by chance (``all``: 50%, 29%)."""
+    (:data:`pbx.strategies.categorical.EXP3_PLAYS`): ``all``, as the reference code, or ``drawn``,
+    only those whose category the bandit drew. ``all`` learns the better category faster: in
+    ``benchmarks/bench_exp3.py`` (population 4, 20 seeds) it put 0.68 / 0.79 / 0.81 on one better
+    category of 4 at 15 / 30 / 60 rounds (``drawn`` 0.51 / 0.71 / 0.80, PB2-Rand 0.60 / 0.63 /
+    0.63), in ``benchmarks/bench_picks.py`` (30 histories) PB2-Mult's and PB2-Mix's picks ran at a
+    higher true rate in 14 of 16 mixed cells, and on toy-cat it ended higher (1.19995 against
+    1.19991). Its cost: with 8 equal categories 50% of its picks repeated a category the population
+    held, 29% by chance (``drawn``: 39%, 32%); among equal categories that costs no reward."""
 
     prior_mean: str = "lowest"
     """What the GP expects where it has no data: ``lowest`` (the lowest improvement rate of the window) or
