@@ -61,15 +61,23 @@ def _commit(package: Path) -> str | None:
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings as ``section.key`` -> value (lists and scalars are leaves)."""
+    """Nested mappings as ``section.key`` -> value (lists and scalars are leaves; an empty section says
+    nothing and leaves no key)."""
     flat: dict[str, Any] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
+        if isinstance(value, Mapping):
             flat.update(flatten(value, name + "."))
         else:
             flat[name] = value
     return flat
+
+
+def changed_keys(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """The dotted keys whose values differ between two nested mappings (a key one lacks differs)."""
+    fa, fb = flatten(a), flatten(b)
+    missing = object()
+    return sorted(k for k in fa.keys() | fb.keys() if fa.get(k, missing) != fb.get(k, missing))
 
 
 def fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,6 +95,4 @@ def digest(config: Mapping[str, Any]) -> str:
 
 def differing_keys(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """The dotted keys whose values differ between two configs' fingerprints (a key one lacks differs)."""
-    fa, fb = fingerprint(a), fingerprint(b)
-    missing = object()
-    return sorted(k for k in fa.keys() | fb.keys() if fa.get(k, missing) != fb.get(k, missing))
+    return changed_keys(fingerprint(a), fingerprint(b))

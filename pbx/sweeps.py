@@ -54,7 +54,7 @@ import yaml
 from pbx.config import RunSettings, build, parse_override, resolve
 from pbx.errors import UsageError
 from pbx.files import durable_write
-from pbx.fingerprint import differing_keys
+from pbx.fingerprint import changed_keys, differing_keys
 from pbx.history import best_rows, complete_rounds, read_csv
 from pbx.run_dir import RunDir
 from pbx.runners.mpi import Kind, abort, receive, send
@@ -226,7 +226,7 @@ def prepare(sweep: Sweep, keep_stored: bool = False) -> None:
         stored = read_yaml(path, "sweep record")
         if not isinstance(stored, dict):
             raise UsageError(f"{path}: not a pbx sweep record")
-        changed = _differences(stored.get("experiment") or {}, record["experiment"])
+        changed = changed_keys(stored.get("experiment") or {}, record["experiment"])
         if stored.get("variants") != record["variants"]:
             changed.append("sweep:")
         if changed:
@@ -359,15 +359,6 @@ def _refuse_per_run(file: Path, experiment: Mapping[str, Any], variants: Sequenc
     if given:
         raise UsageError(f"{file}: {', '.join(sorted(set(given)))}: a sweep sets each run's seed (from --seeds or "
                          f"seeds:) and name; take it out of the file")
-
-
-def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """The settings (``section.key`` or flat keys) whose values differ."""
-    def flat(d: Mapping[str, Any]) -> dict[str, Any]:
-        return {f"{k}.{kk}" if isinstance(v, dict) else k: vv
-                for k, v in d.items() for kk, vv in (v.items() if isinstance(v, dict) else [(k, v)])}
-    a, b = flat(old), flat(new)
-    return sorted(k for k in a.keys() | b.keys() if a.get(k, ...) != b.get(k, ...))
 
 
 def _name(key: str) -> str:
