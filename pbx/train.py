@@ -141,16 +141,19 @@ def main(argv: Sequence[str] | None = None, base: Sequence[Mapping[str, Any]] = 
     try:
         cfg, run_dir, changed, mpi = _setup(args, comm, base)
         size = comm.Get_size() if comm is not None else 1
+        resumed = args.resume is not None
+        # A resume's changes are written once the runner has checked the folder: a refused resume changes nothing.
+        rewrite = changed and resumed
         with run_dir.lock():
-            if changed:
+            if not resumed:
                 cfg.write(run_dir.config)
-            print(_start_line(cfg, run_dir, size if mpi else 1, resumed=args.resume is not None), flush=True)
+            print(_start_line(cfg, run_dir, size if mpi else 1, resumed=resumed), flush=True)
             if comm is not None and mpi:
                 send(comm, Kind.START, (cfg.to_dict(), run_dir.path, contained))
                 started = True
-                history = run_on_ranks(comm, contained, run_dir.path, lambda: cfg)
+                history = run_on_ranks(comm, contained, run_dir.path, lambda: cfg, write_config=rewrite)
             else:
-                history = SyncRunner(cfg, run_dir).run()
+                history = SyncRunner(cfg, run_dir, write_config=rewrite).run()
             assert history is not None  # this process is the coordinator
     except KeyboardInterrupt:
         hint = f"; continue with --resume {run_dir.path}" if run_dir is not None else ""

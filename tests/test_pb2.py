@@ -87,7 +87,8 @@ def in_bounds(space: Space, config: Config) -> bool:
 
 @pytest.mark.parametrize("changes", [{"window": 2}, {"fit_rows": 0}, {"restarts": 0}, {"window": 10.5},
                                      {"resample_prob": 2.0}, {"pending": "all"},
-                                     {"prior_mean": "median"}])
+                                     {"prior_mean": "median"}, {"signal_cap": 0.5}, {"signal_cap": "x"},
+                                     {"signal_cap": True}])
 def test_settings_name_the_bad_value(changes: dict) -> None:
     (key, value), = changes.items()
     with pytest.raises(UsageError, match=f"{key} must .*{value}"):
@@ -298,6 +299,28 @@ def test_a_corner_is_picked_where_the_rates_rise_towards_it() -> None:
     assert np.linalg.norm(space.to_unit(new) - corner) < 0.05
 
 
+def test_a_capped_kernel_variance_keeps_the_pick_off_an_extrapolated_trend() -> None:
+    """``signal_cap``: data on one side of a bump (its optimum just past them) fit freely to a long, tall trend
+    whose mean rises past the optimum to the cube's face; capped at 2, the fit is a bump and the pick lands
+    near the optimum."""
+    wide = Space({"a": Continuous(0.0, 1.0), "b": Continuous(0.0, 1.0)})
+    seen = Space({"a": Continuous(0.05, 0.4), "b": Continuous(0.25, 0.55)})  # where the history's configs lie
+    optimum = np.array([0.55, 0.3])
+
+    def rate(config: Config) -> float:
+        return float(np.exp(-np.sum((wide.to_unit(config) - optimum) ** 2) / (2 * 0.2**2)))
+
+    capped, free = [], []
+    for seed in range(4):
+        history = rate_history(seen, rate, 8, 4, seed=seed, noise=0.05)
+        for cap, picks in ((2.0, capped), (None, free)):
+            decision = next(d for d in PB2(PB2Settings(signal_cap=cap)).decide(history, wide, np.random.default_rng(0))
+                            if d.explored)
+            picks.append((decision.info["variance"], rate(decision.config)))
+    assert all(variance <= 2.0 + 1e-9 and true > 0.85 for variance, true in capped), capped
+    assert max(variance for variance, _ in free) > 5 and min(true for _, true in free) < 0.1, free
+
+
 def test_acquisition_gradient_matches_finite_differences() -> None:
     rng = np.random.default_rng(1)
     X, y = rng.uniform(size=(40, 4)), rng.normal(size=40)
@@ -386,11 +409,11 @@ def test_a_failed_fit_retries_with_fixed_noise(space: Space, monkeypatch) -> Non
     calls = []
     real_fit = pb2.fit_kernel
 
-    def failing_once(X, y, fixed_noise=None, n_cat=0):
+    def failing_once(X, y, fixed_noise=None, n_cat=0, signal_cap=None):
         calls.append(fixed_noise)
         if fixed_noise is None:
             raise linalg.LinAlgError("not positive definite")
-        return real_fit(X, y, fixed_noise, n_cat)
+        return real_fit(X, y, fixed_noise, n_cat, signal_cap)
 
     monkeypatch.setattr(pb2, "fit_kernel", failing_once)
     assert PB2().prepare(peaked_history(space, rounds=4), space, 1, RNG).gps[()] is not None
@@ -398,7 +421,7 @@ def test_a_failed_fit_retries_with_fixed_noise(space: Space, monkeypatch) -> Non
 
 
 def test_a_gp_that_keeps_failing_falls_back_to_pbt_and_warns_once(mixed: Space, monkeypatch, caplog) -> None:
-    def failing(X, y, fixed_noise=None, n_cat=0):
+    def failing(X, y, fixed_noise=None, n_cat=0, signal_cap=None):
         raise linalg.LinAlgError("not positive definite")
 
     monkeypatch.setattr(pb2, "fit_kernel", failing)

@@ -138,11 +138,13 @@ def test_a_damaged_run_folder_is_one_line_and_exit_2(tmp_path, case: str) -> Non
     config.write_text(config.read_text().replace("max_budget: 40", "max_budget: 80"))
     named = _damage_cases(run_dir / "checkpoints" / "member_2.r9.ckpt", run_dir / "history.csv")
     named[case]()
-    proc = _start("--resume", str(run_dir))
+    stored = config.read_text()
+    proc = _start("--resume", str(run_dir), "--max_budget", "120")  # a change the refusal must not write
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, (out, err)
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
     assert ("member_2.r9.ckpt" in err) if "checkpoint" in case else ("history.csv" in err), err
+    assert config.read_text() == stored
     if "history" in case:  # refused before anything in the folder changed
         assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [f"member_{m}.r9.ckpt" for m in range(4)]
 

@@ -121,10 +121,14 @@ class Executor(ABC):
 class RoundLoop:
     """Runs a population to its budget (or resumes it) through an :class:`Executor`."""
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, executor: Executor) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, executor: Executor, write_config: bool = False) -> None:
+        """``write_config``: write ``cfg`` to the folder's config.yaml once the folder has been read and its
+        members built or restored, before the first round trains: a resume that the folder refuses (a damaged
+        checkpoint, a history that lost rounds) leaves the stored config as it was."""
         self.cfg = cfg
         self.run_dir = run_dir
         self.executor = executor
+        self.write_config = write_config
         self.strategy: Strategy = cfg.build_strategy()
         # (parent, explored) of each member for its next row: set by the last decisions.
         self.lineage: list[tuple[int, bool]] = [(i, False) for i in range(cfg.run.pop_size)]
@@ -155,6 +159,8 @@ class RoundLoop:
             executor.build(initial_configs(self.strategy, cfg))
             if first > 0:
                 self._restore(recorder, first - 1, steps)
+            if self.write_config:
+                executor.share(lambda: cfg.write(self.run_dir.config))
             start_time = time.perf_counter() - offset
             for r in range(first, cfg.run.rounds):
                 advance = recorder.console.advance if recorder is not None else _ignore

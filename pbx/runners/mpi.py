@@ -265,11 +265,13 @@ class MPIExecutor(Executor):
 class MPIRunner(RoundLoop):
     """The round loop with the population spread over the ranks of ``comm``."""
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, comm: Intracomm, contained: bool = False) -> None:
-        super().__init__(cfg, run_dir, MPIExecutor(cfg, run_dir, comm, contained))
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, comm: Intracomm, contained: bool = False,
+                 write_config: bool = False) -> None:
+        super().__init__(cfg, run_dir, MPIExecutor(cfg, run_dir, comm, contained), write_config)
 
 
-def run_on_ranks(comm: Intracomm, contained: bool, path: Path, config: Callable[[], RunConfig]) -> History | None:
+def run_on_ranks(comm: Intracomm, contained: bool, path: Path, config: Callable[[], RunConfig],
+                 write_config: bool = False) -> History | None:
     """This rank's part of a run under MPI, once rank 0 has sent :data:`Kind.START`.
 
     ``config``: rank 0's resolved config; on another rank, rank 0's resolved again on
@@ -277,6 +279,7 @@ def run_on_ranks(comm: Intracomm, contained: bool, path: Path, config: Callable[
     once every rank has its config. Returns the history on rank 0, None elsewhere.
     ``contained``: a failure is :class:`RunFailed` on every rank (a sweep's run);
     otherwise the failing rank prints one line and ends the job (:func:`abort`).
+    ``write_config`` (rank 0's): see :class:`~pbx.runners.loop.RoundLoop`.
     """
     rank = comm.Get_rank()
     runner: MPIRunner | None = None
@@ -291,7 +294,7 @@ def run_on_ranks(comm: Intracomm, contained: bool, path: Path, config: Callable[
     try:
         with together(comm, contained, describe):
             cfg = config()
-        runner = MPIRunner(cfg, RunDir(path), comm, contained)
+        runner = MPIRunner(cfg, RunDir(path), comm, contained, write_config)
         return runner.run()
     except (KeyboardInterrupt, SystemExit, RunFailed):
         raise

@@ -110,5 +110,5 @@ class LocalExecutor(Executor):
 class SyncRunner(RoundLoop):
     """The round loop with every member in this process."""
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir) -> None:
-        super().__init__(cfg, run_dir, LocalExecutor(cfg, run_dir))
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, write_config: bool = False) -> None:
+        super().__init__(cfg, run_dir, LocalExecutor(cfg, run_dir), write_config)

@@ -32,6 +32,8 @@ Y_CLIP = 2.0
 SIGNAL_INIT, NOISE_INIT, NOISE_BOUNDS = 0.5, 0.5, (1e-4, 10.0)
 """Kernel variance and likelihood noise on the standardised (unit-variance) targets: both start
 at half, and the noise stays above a floor that keeps the window's kernel matrix well conditioned."""
+SIGNAL_FLOOR = 1e-4
+"""Lower bound of a capped kernel variance (:func:`fit_kernel`'s ``signal_cap``)."""
 FALLBACK_NOISE = 0.1
 """Fixed noise of the second fit attempt, after the free fit failed: large jitter, never singular."""
 FIT_ITERS, FIT_FACTR = 30, 1e10
@@ -95,10 +97,13 @@ def make_kernel(X: np.ndarray, n_cat: int) -> Kernel:
     return TimeVaryingSE(X.shape[1], variance=SIGNAL_INIT)
 
 
-def fit_kernel(X: np.ndarray, y: np.ndarray, fixed_noise: float | None = None, n_cat: int = 0) -> tuple[Kernel, float]:
+def fit_kernel(X: np.ndarray, y: np.ndarray, fixed_noise: float | None = None, n_cat: int = 0,
+               signal_cap: float | None = None) -> tuple[Kernel, float]:
     """Marginal-likelihood fit from a fixed start (no random restarts: decisions must replay).
 
     ``n_cat``: category columns after ``(t, R_before)`` (the mixed kernel), 0 for none.
+    ``signal_cap``: upper bound on the kernel's variances (each part's, for the mixed
+    kernel); None leaves them free, as GPy, the PB2 authors' code and Ray Tune do.
     Returns the fitted kernel and the likelihood noise variance. Raises
     ``LinAlgError`` or ``FloatingPointError`` when the fit fails or ends non-finite.
     """
@@ -108,6 +113,9 @@ def fit_kernel(X: np.ndarray, y: np.ndarray, fixed_noise: float | None = None, n
         model.Gaussian_noise.variance.constrain_bounded(*NOISE_BOUNDS, warning=False)
     else:
         model.Gaussian_noise.variance.fix(warning=False)
+    if signal_cap is not None:
+        for variance in kernel.signal_variances:
+            variance.constrain_bounded(SIGNAL_FLOOR, signal_cap, warning=False)
     model.optimize("lbfgsb", max_iters=FIT_ITERS, bfgs_factor=FIT_FACTR)
     noise = float(model.Gaussian_noise.variance.values[0])
     if not (np.all(np.isfinite(kernel.param_array)) and math.isfinite(noise) and math.isfinite(model.log_likelihood())):

@@ -111,6 +111,11 @@ class TimeVaryingSE(Kern):
         """The lengthscale of the continuous inputs an acquisition optimises (see :meth:`fixed_parts`)."""
         return float(self.lengthscale.values[0])
 
+    @property
+    def signal_variances(self) -> list[Param]:
+        """The parameters that scale ``k(x, x)``, which :func:`pbx.strategies.gp.fit_kernel` may cap."""
+        return [self.variance]
+
     def summary(self) -> dict[str, float]:
         """The fitted parameters, for a decision's reasons."""
         return {"lengthscale": self.free_lengthscale, "epsilon": float(self.epsilon.values[0]),
@@ -275,6 +280,11 @@ class MixedKernel(Kern):
     @property
     def free_lengthscale(self) -> float:
         return self.cont.free_lengthscale
+
+    @property
+    def signal_variances(self) -> list[Param]:
+        """Both parts' variances (each capped alike)."""
+        return [self.cont.variance, self.cat.variance]
 
     def summary(self) -> dict[str, float]:
         return {**self.cont.summary(), "cat_variance": float(self.cat.variance.values[0]),

@@ -135,8 +135,23 @@ class PB2Settings(PBTSettings):
     above 0.5. With ``lowest`` a config must earn its pick from the data nearby or the uncertainty bonus
     over the worst rate seen, and a corner is picked where the rates rise towards it (docs/algorithms.md)."""
 
+    signal_cap: float | None = 2.0
+    """Upper bound on the GP's kernel variance, on improvement rates standardised to unit variance and clipped
+    at ``±2``; ``null`` leaves it free (the PB2 authors' code and Ray Tune). A variance well above the rates' own
+    says the fit found a long trend rather than a bump: with a long lengthscale it extrapolates that trend past
+    the data, and the mean at a far corner of the cube rises above every rate observed. On
+    ``benchmarks/bench_picks.py`` (30 histories per cell) free fits reached variances of 9 to 17 and sent
+    PB2-Mult's picks to corners of true rate below 0.05 from donors running above 0.5 (2 picks in 30 at 4
+    categories and 15 rounds, and at 8 and 30); capped at 2 none is left, and PB2's picks run higher (2
+    dimensions, 1000 rows: 0.959 against 0.879; docs/algorithms.md)."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.signal_cap is not None and (isinstance(self.signal_cap, bool)
+                                            or not isinstance(self.signal_cap, (int, float))
+                                            or not 1 <= self.signal_cap < math.inf):
+            raise UsageError(f"signal_cap must be a number >= 1 (the standardised rates' own variance) or null, "
+                             f"got {self.signal_cap!r}")
         if self.pending not in PENDING:
             raise UsageError(f"pending must be one of {', '.join(PENDING)}, got {self.pending!r}")
         if self.prior_mean not in PRIOR_MEANS:
@@ -324,11 +339,12 @@ class PB2(PBT):
         failure retry with fixed noise."""
         recent = slice(-self.settings.fit_rows, None)
         prior_mean = float(np.min(y)) if self.settings.prior_mean == "lowest" else 0.0  # y is standardised
+        cap = None if self.settings.signal_cap is None else float(self.settings.signal_cap)
         try:
-            return Posterior(*fit_kernel(X[recent], y[recent], n_cat=n_cat), X, y, prior_mean)
+            return Posterior(*fit_kernel(X[recent], y[recent], n_cat=n_cat, signal_cap=cap), X, y, prior_mean)
         except (linalg.LinAlgError, FloatingPointError, ValueError):
-            return Posterior(*fit_kernel(X[recent], y[recent], fixed_noise=FALLBACK_NOISE, n_cat=n_cat), X, y,
-                             prior_mean)
+            return Posterior(*fit_kernel(X[recent], y[recent], fixed_noise=FALLBACK_NOISE, n_cat=n_cat,
+                                         signal_cap=cap), X, y, prior_mean)
 
     def explore(self, donor: int, donor_config: Config, round_: RoundContext, rng: np.random.Generator) -> Explored:
         """Categories by ``cat_exp``; continuous values maximise UCB at the donor's time and score (and, for
