@@ -74,7 +74,7 @@ class _Reached(Exception):
 
 
 class _StopRunner:
-    def __init__(self, *args: object) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         raise _Reached
 
 
