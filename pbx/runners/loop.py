@@ -159,8 +159,7 @@ class RoundLoop:
             executor.build(initial_configs(self.strategy, cfg))
             if first > 0:
                 self._restore(recorder, first - 1, steps)
-            if self.write_config:
-                executor.share(lambda: cfg.write(self.run_dir.config))
+            executor.share(self._write_config)  # every rank takes part; only the coordinator writes
             start_time = time.perf_counter() - offset
             for r in range(first, cfg.run.rounds):
                 advance = recorder.console.advance if recorder is not None else _ignore
@@ -193,6 +192,10 @@ class RoundLoop:
             return first, {}, 0.0
         rows = history.round(first - 1)
         return first, dict(zip(map(int, rows["member"]), map(int, rows["steps"]))), float(history.frame["wall_s"].max())
+
+    def _write_config(self) -> None:
+        if self.write_config:
+            self.cfg.write(self.run_dir.config)
 
     def _test_seed(self, r: int) -> int | None:
         """The round's shared evaluation seed when the test score is due (every ``eval_every`` and the last round)."""
