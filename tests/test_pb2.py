@@ -19,7 +19,8 @@ from pbx.strategies import acquisition, gp, pb2
 from pbx.strategies.kernels import TimeVaryingSE
 from pbx.strategies.acquisition import Acquisition, starts
 from pbx.strategies.gp import Posterior
-from pbx.strategies.pb2 import PB2, PB2Settings, intervals
+from pbx.strategies.intervals import intervals
+from pbx.strategies.pb2 import PB2, PB2Settings
 from pbx.strategies.base import Pending, RoundContext, RunContext
 from pbx.strategies.categorical import CategoryBandits
 from pbx.strategies.selection import WinnerTakesAll

@@ -62,18 +62,17 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
-import pandas as pd
 from scipy import linalg
 from threadpoolctl import threadpool_limits
 
 from pbx.errors import UsageError
 from pbx.history import History
-from pbx.space import Config, Continuous, Space
+from pbx.space import Config, Space
 from pbx.strategies.acquisition import Acquisition, kappa, maximise, search_box
 from pbx.strategies.base import Decision, Explored, RoundContext
-from pbx.strategies.categorical import (BANDITS, CAT_EXPS, EXP3_PLAYS, CategoryBandits, codes, config_codes,
-                                        fixed_values)
+from pbx.strategies.categorical import BANDITS, CAT_EXPS, EXP3_PLAYS, CategoryBandits, config_codes, fixed_values
 from pbx.strategies.gp import FALLBACK_NOISE, Posterior, Scale, fit_kernel, quiet, standardise
+from pbx.strategies.intervals import Intervals, intervals
 from pbx.strategies.pbt import PBT, PBTSettings, perturb
 
 logger = logging.getLogger(__name__)
@@ -164,66 +163,6 @@ class PB2Settings(PBTSettings):
                 raise UsageError(f"{name} must be an integer >= {MIN_ROWS}, got {value!r}")
         if not isinstance(self.restarts, int) or self.restarts < 1:
             raise UsageError(f"restarts must be an integer >= 1, got {self.restarts!r}")
-
-
-@dataclass(frozen=True)
-class Intervals:
-    """Training intervals with a fixed config, oldest first: the GP's data before scaling."""
-
-    t: np.ndarray
-    """(n,) cumulative steps at the interval's start."""
-    reward: np.ndarray
-    """(n,) score at the interval's start (``R_before``)."""
-    unit: np.ndarray
-    """(n, d) the interval's continuous hyperparameters in the unit cube."""
-    rate: np.ndarray
-    """(n,) improvement rate ``(R_after - R_before) / steps``."""
-    round: np.ndarray
-    """(n,) the round the interval was trained in."""
-    cats: np.ndarray
-    """(n, m) the interval's categorical hyperparameters as choice indices (:func:`categorical.codes`)."""
-    explored: np.ndarray
-    """(n,) whether the interval's config was chosen by an explore at its start (EXP3's ``drawn`` plays)."""
-
-    def where(self, keep: np.ndarray) -> Intervals:
-        """The intervals ``keep`` (a boolean mask) selects."""
-        return Intervals(self.t[keep], self.reward[keep], self.unit[keep], self.rate[keep], self.round[keep],
-                         self.cats[keep], self.explored[keep])
-
-
-def intervals(history: History, space: Space, window: int) -> Intervals:
-    """The most recent ``window`` intervals with a finite improvement rate.
-
-    Row ``(m, r)``, ``r >= 1``, ran with its own config from the end-of-round state
-    of ``(parent, r - 1)``, so that row gives the start time and score.
-    """
-    frame = history.frame
-    start = frame[["member", "round", "steps", "score"]].rename(
-        columns={"member": "parent", "steps": "t", "score": "before"})
-    start["round"] += 1
-    rows = frame[frame["round"] >= 1].merge(start, on=["parent", "round"], how="inner")
-    rows = rows.sort_values(["round", "member"], kind="stable")
-    rate = ((rows["score"] - rows["before"]) / (rows["steps"] - rows["t"])).to_numpy(float)
-    unit = unit_columns(rows, space)
-    usable = np.flatnonzero(np.isfinite(rate) & np.isfinite(rows["before"].to_numpy(float))
-                            & np.all(np.isfinite(unit), 1))[-window:]
-    return Intervals(rows["t"].to_numpy(float)[usable], rows["before"].to_numpy(float)[usable],
-                     unit[usable], rate[usable], rows["round"].to_numpy(int)[usable],
-                     codes(space, rows, len(rows))[usable], rows["explored"].to_numpy(bool)[usable])
-
-
-def unit_columns(rows: pd.DataFrame, space: Space) -> np.ndarray:
-    """(n, d) the continuous hyperparameters of ``rows`` in the unit cube, in ``space.to_unit`` order.
-
-    Each distinct value is mapped once: a config lasts many rounds, so values repeat.
-    """
-    columns = []
-    for name in space.continuous:
-        param = space.params[name]
-        assert isinstance(param, Continuous)  # space.continuous lists only those
-        values, index = np.unique(rows[name].to_numpy(float), return_inverse=True)
-        columns.append(np.array([param.to_unit(v) if np.isfinite(v) else np.nan for v in values])[index])
-    return np.column_stack(columns) if columns else np.zeros((len(rows), 0))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,79 @@
+"""PB2's observations: the history's training intervals, each a fixed config's round, before scaling.
+
+Every finished round of a member from round 1 on is one interval: it started from
+its parent's state at the end of the round before (that row gives the start time
+and score) and ran the member's own config. :func:`intervals` turns the history
+into these rows; :class:`Intervals` holds them for the GP fit and EXP3's replay
+(:mod:`pbx.strategies.pb2`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from pbx.history import History
+from pbx.space import Continuous, Space
+from pbx.strategies.categorical import codes
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """Training intervals with a fixed config, oldest first: the GP's data before scaling."""
+
+    t: np.ndarray
+    """(n,) cumulative steps at the interval's start."""
+    reward: np.ndarray
+    """(n,) score at the interval's start (``R_before``)."""
+    unit: np.ndarray
+    """(n, d) the interval's continuous hyperparameters in the unit cube."""
+    rate: np.ndarray
+    """(n,) improvement rate ``(R_after - R_before) / steps``."""
+    round: np.ndarray
+    """(n,) the round the interval was trained in."""
+    cats: np.ndarray
+    """(n, m) the interval's categorical hyperparameters as choice indices (:func:`categorical.codes`)."""
+    explored: np.ndarray
+    """(n,) whether the interval's config was chosen by an explore at its start (EXP3's ``drawn`` plays)."""
+
+    def where(self, keep: np.ndarray) -> Intervals:
+        """The intervals ``keep`` (a boolean mask) selects."""
+        return Intervals(self.t[keep], self.reward[keep], self.unit[keep], self.rate[keep], self.round[keep],
+                         self.cats[keep], self.explored[keep])
+
+
+def intervals(history: History, space: Space, window: int) -> Intervals:
+    """The most recent ``window`` intervals with a finite improvement rate.
+
+    Row ``(m, r)``, ``r >= 1``, ran with its own config from the end-of-round state
+    of ``(parent, r - 1)``, so that row gives the start time and score.
+    """
+    frame = history.frame
+    start = frame[["member", "round", "steps", "score"]].rename(
+        columns={"member": "parent", "steps": "t", "score": "before"})
+    start["round"] += 1
+    rows = frame[frame["round"] >= 1].merge(start, on=["parent", "round"], how="inner")
+    rows = rows.sort_values(["round", "member"], kind="stable")
+    rate = ((rows["score"] - rows["before"]) / (rows["steps"] - rows["t"])).to_numpy(float)
+    unit = unit_columns(rows, space)
+    usable = np.flatnonzero(np.isfinite(rate) & np.isfinite(rows["before"].to_numpy(float))
+                            & np.all(np.isfinite(unit), 1))[-window:]
+    return Intervals(rows["t"].to_numpy(float)[usable], rows["before"].to_numpy(float)[usable],
+                     unit[usable], rate[usable], rows["round"].to_numpy(int)[usable],
+                     codes(space, rows, len(rows))[usable], rows["explored"].to_numpy(bool)[usable])
+
+
+def unit_columns(rows: pd.DataFrame, space: Space) -> np.ndarray:
+    """(n, d) the continuous hyperparameters of ``rows`` in the unit cube, in ``space.to_unit`` order.
+
+    Each distinct value is mapped once: a config lasts many rounds, so values repeat.
+    """
+    columns = []
+    for name in space.continuous:
+        param = space.params[name]
+        assert isinstance(param, Continuous)  # space.continuous lists only those
+        values, index = np.unique(rows[name].to_numpy(float), return_inverse=True)
+        columns.append(np.array([param.to_unit(v) if np.isfinite(v) else np.nan for v in values])[index])
+    return np.column_stack(columns) if columns else np.zeros((len(rows), 0))
