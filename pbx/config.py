@@ -142,8 +142,17 @@ class RunConfig:
 
     def trained_steps(self, round_: int) -> int:
         """Steps each member really trains in ``round_``: :meth:`round_steps` as the member rounds them (PPO: to
-        whole rollouts)."""
-        return self.member_cls.round_steps(self.member, self.round_steps(round_))
+        whole rollouts; a searched rollout length rounds each member's own, see :meth:`round_end`)."""
+        return self.member_cls.round_steps(self.member, self.round_steps(round_), self.space)
+
+    def round_end(self, round_: int) -> int:
+        """The steps every member has trained, by plan, at the end of ``round_``.
+
+        Each member trains to this count, not a fixed number of steps per round: a member whose rollout
+        length a search changes ends each round at its own rollout's boundary nearest the plan, so members'
+        counts stay within half a rollout of it instead of drifting apart (the history records each one's).
+        """
+        return sum(self.trained_steps(r) for r in range(round_ + 1))
 
     def total_steps(self) -> int:
         """Steps each member really trains over the run."""

@@ -7,7 +7,12 @@ of choices. Spaces are read from YAML files like ``search_spaces/toy.yaml``::
 
     h0: {type: continuous, low: 0.0, high: 1.0, default: 0.5}
     lr: {type: continuous, low: 1.0e-5, high: 1.0e-3, log: true}
+    n_steps: {type: integer, low: 250, high: 15000}
     aug: {type: categorical, choices: [crop, flip]}
+
+Integer parameters are continuous ones whose values are rounded: strategies that work
+on the unit cube (PB2) model them there, and every value the space hands out (a draw,
+a clip, a point of the cube) is a whole number.
 
 ``default`` is optional: it is the value the fixed-hyperparameter baseline
 (``--search none``) uses. Without it the default is the middle of the range (on
@@ -74,6 +79,35 @@ class Continuous:
 
 
 @dataclass(frozen=True)
+class Integer(Continuous):
+    """A whole-number hyperparameter on ``[low, high]`` (a rollout length, a number of epochs).
+
+    A :class:`Continuous` whose every value is rounded to the nearest whole number, so PB2 models it on
+    the unit cube like any continuous parameter and PBT's perturbation moves it by at least one.
+    """
+
+    def __post_init__(self) -> None:
+        for key in ("low", "high", "default"):
+            value = getattr(self, key)
+            if value is not None and (not math.isfinite(value) or value != int(value)):
+                options = f" (use {math.floor(value)} or {math.ceil(value)})" if math.isfinite(value) else ""
+                raise UsageError(f"{key} must be a whole number for an integer parameter, got {value}{options}")
+        super().__post_init__()
+
+    def clip(self, value: float) -> int:  # type: ignore[override]
+        return int(min(max(round(float(value)), int(self.low)), int(self.high)))
+
+    def from_unit(self, u: float) -> int:  # type: ignore[override]
+        return self.clip(super().from_unit(u))
+
+    def sample(self, rng: np.random.Generator) -> int:  # type: ignore[override]
+        return self.from_unit(rng.uniform())
+
+    def initial(self) -> int:  # type: ignore[override]
+        return int(self.default) if self.default is not None else self.from_unit(0.5)
+
+
+@dataclass(frozen=True)
 class Categorical:
     """A hyperparameter taking one of a fixed tuple of choices."""
 
@@ -101,7 +135,7 @@ class Categorical:
         return self.default if self.default is not None else self.choices[0]
 
 
-Param = Union[Continuous, Categorical]
+Param = Union[Continuous, Integer, Categorical]
 
 
 @dataclass(frozen=True)
@@ -174,12 +208,14 @@ class Space:
         """The YAML form, as written into a run's ``config.yaml``."""
         out: dict[str, dict[str, Any]] = {}
         for name, p in self.params.items():
-            if isinstance(p, Continuous):
-                spec: dict[str, Any] = {"type": "continuous", "low": p.low, "high": p.high, "log": p.log}
+            if isinstance(p, Integer):
+                spec: dict[str, Any] = {"type": "integer", "low": int(p.low), "high": int(p.high), "log": p.log}
+            elif isinstance(p, Continuous):
+                spec = {"type": "continuous", "low": p.low, "high": p.high, "log": p.log}
             else:
                 spec = {"type": "categorical", "choices": list(p.choices)}
             if p.default is not None:
-                spec["default"] = p.default
+                spec["default"] = int(p.default) if isinstance(p, Integer) else p.default
             out[name] = spec
         return out
 
@@ -198,21 +234,23 @@ def _param_from_spec(spec: Any) -> Param:
         raise UsageError(f"expected a mapping with a 'type', got {spec!r}")
     kind = spec.get("type")
     allowed = {"continuous": {"type", "low", "high", "log", "default"},
+               "integer": {"type", "low", "high", "log", "default"},
                "categorical": {"type", "choices", "default"}}
     if kind not in allowed:
-        raise UsageError(f"unknown type {kind!r}; use 'continuous' or 'categorical'")
+        raise UsageError(f"unknown type {kind!r}; use 'continuous', 'integer' or 'categorical'")
     unknown = set(spec) - allowed[kind]
     if unknown:
         raise UsageError(f"unknown key(s) {sorted(unknown)} for a {kind} parameter")
-    if kind == "continuous":
+    if kind in ("continuous", "integer"):
         for key in ("low", "high"):
             if key not in spec:
-                raise UsageError(f"a continuous parameter needs '{key}'")
+                raise UsageError(f"a{'n' if kind == 'integer' else ''} {kind} parameter needs '{key}'")
         default = _number(spec, "default") if spec.get("default") is not None else None
         log = spec.get("log", False)
         if not isinstance(log, bool):
             raise UsageError(f"log must be true or false, got {log!r}")
-        return Continuous(_number(spec, "low"), _number(spec, "high"), log=log, default=default)
+        numeric = Integer if kind == "integer" else Continuous
+        return numeric(_number(spec, "low"), _number(spec, "high"), log=log, default=default)
     choices = spec.get("choices")
     if not isinstance(choices, list):
         raise UsageError(f"choices must be a list, got {choices!r}")

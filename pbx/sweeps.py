@@ -20,7 +20,9 @@ An experiment file is what ``python -m pbx.train --config`` takes, plus:
         - {search: PB2, cat_exp: [random, exp3, cocabo]}
 
   A key is any setting ``-m key=value`` takes. A variant's name is its values
-  joined with ``-`` in key order (``none``, ``PBT``, ``PB2-exp3``).
+  joined with ``-`` in key order (``none``, ``PBT``, ``PB2-exp3``); an entry's
+  ``name:`` replaces its held values in the names of its variants (``{name: zoo,
+  search: none, n_envs: 32}`` is ``zoo``).
 - ``seeds:`` N (seeds 0..N-1) or a list; ``--seeds`` overrides it.
 - ``slurm:`` the resources of one run, for ``--print-slurm`` (:class:`pbx.slurm.SlurmSettings`).
 
@@ -181,14 +183,18 @@ def expand(spec: Any, file: Path) -> list[Variant]:
                          f"mappings, got {spec!r}")
     variants: list[Variant] = []
     for entry in entries:
+        entry = dict(entry)
+        label = entry.pop("name", None)
         axes = [values if isinstance(values, list) else [values] for values in entry.values()]
         for key, values in zip(entry, axes):
             if not values:
                 raise UsageError(f"{file}: sweep: {key} has an empty list of values")
             if any(isinstance(v, (dict, list)) for v in values):
                 raise UsageError(f"{file}: sweep: {key} takes plain values, got {values!r}")
+        swept = [label is None or isinstance(values, list) for values in entry.values()]
         for combo in itertools.product(*axes):
-            variants.append(Variant("-".join(_safe(v) for v in combo), dict(zip(entry, combo))))
+            parts = ([] if label is None else [_safe(label)]) + [_safe(v) for v, s in zip(combo, swept) if s]
+            variants.append(Variant("-".join(parts), dict(zip(entry, combo))))
     names = [v.name for v in variants]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

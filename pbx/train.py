@@ -279,7 +279,7 @@ def _resume(args: argparse.Namespace, flags: dict[str, object],
 def _start_line(cfg: RunConfig, run_dir: RunDir, ranks: int = 1, resumed: bool = False) -> str:
     """What will be trained: the strategy, the member and the space it searches; a member that rounds a round's
     steps (PPO: whole rollouts) says what it really trains, and a resume by another pbx than the one that
-    started the run says so."""
+    started the run says so, as does a resume whose envs restart their episodes."""
     run = cfg.run
     where = f" on {ranks} MPI ranks ({run.comm})" if ranks > 1 else ""
     line = (f"pbx: {run.search} on {run.env}, {cfg.member_cls.describe(cfg.member)} over {cfg.space_source} "
@@ -290,6 +290,9 @@ def _start_line(cfg: RunConfig, run_dir: RunDir, ranks: int = 1, resumed: bool =
         last = f" ({trained[-1]:,} in the last)" if trained[-1] != trained[0] else ""
         line += (f"\nnote: t_ready or max_budget is not whole rollouts: each member really trains "
                  f"{trained[0]:,} steps per round{last}, {cfg.total_steps():,} in total")
+    restart = cfg.member_cls.resume_note(run.env) if resumed else ""
+    if restart:
+        line += f"\nnote: {restart}"
     if resumed and cfg.provenance != provenance():
         line += "\nnote: " + (f"this run was started by {_pbx(cfg.provenance)}" if cfg.provenance is not None else
                               "this run's config.yaml does not say which pbx started it (it predates the record)")

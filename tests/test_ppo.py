@@ -157,7 +157,7 @@ def assert_trains_with(member: PPOMember, config: dict[str, Any]) -> None:
     model = member.model
     assert model.rollout_buffer.gamma == config["gamma"]
     assert model.rollout_buffer.gae_lambda == config["gae_lambda"]
-    assert member._reward_norm.gamma == config["gamma"]
+    assert member._norm.gamma == config["gamma"]
     # lr in the optimizer before the update (SB3 only resets it inside train())
     assert [g["lr"] for g in model.policy.optimizer.param_groups] == [config["learning_rate"]]
     spy, logged = BufferSpy(member), LoggerSpy(member)
@@ -297,7 +297,7 @@ def test_exploit_copies_the_donor_and_then_trains_with_the_new_config(donor_file
     # optimizer moments and step counts; the param groups' lr is the new config's
     assert_same_tensors(recipient.model.policy.optimizer.state_dict()["state"],
                         donor.model.policy.optimizer.state_dict()["state"])
-    r_norm, d_norm = recipient._reward_norm, donor._reward_norm
+    r_norm, d_norm = recipient._norm, donor._norm
     assert (r_norm.ret_rms.mean, r_norm.ret_rms.var, r_norm.ret_rms.count) == (
         d_norm.ret_rms.mean, d_norm.ret_rms.var, d_norm.ret_rms.count)
     assert recipient.steps == donor.steps == 2 * ROLLOUT
@@ -311,10 +311,10 @@ def test_exploit_keeps_the_recipients_own_envs_and_random_stream(donor_file: Pat
     # the file's member index is the recipient's own (as after an MPI re-index): only the flag decides
     recipient = make_member(seed=2, index=1)
     recipient.train(ROLLOUT)
-    own_returns = recipient._reward_norm.returns.copy()
+    own_returns = recipient._norm.returns.copy()
     recipient.load(donor_file, own=False)
     assert_same_tensors(weights(recipient), weights(donor))
-    assert np.array_equal(recipient._reward_norm.returns, own_returns)  # its own episodes in progress
+    assert np.array_equal(recipient._norm.returns, own_returns)  # its own episodes in progress
     assert not np.array_equal(recipient.model._last_obs, donor.model._last_obs)
     donor.train(ROLLOUT)
     recipient.train(ROLLOUT)
@@ -524,7 +524,8 @@ def test_train_rounds_steps_to_whole_rollouts() -> None:
     for asked, rollouts in [(ROLLOUT // 3, 1), (int(2.4 * ROLLOUT), 2), (int(1.6 * ROLLOUT), 2)]:
         before = member.steps
         member.train(asked)
-        assert member.steps - before == PPOMember.round_steps(member.settings, asked) == rollouts * ROLLOUT
+        planned = PPOMember.round_steps(member.settings, asked, Space({"clip_range": Continuous(0.1, 0.3)}))
+        assert member.steps - before == planned == rollouts * ROLLOUT
     assert member.steps == 5 * ROLLOUT == member.model.num_timesteps
 
 
@@ -569,7 +570,8 @@ def test_space_files_match_the_settings_defaults() -> None:
 
 @pytest.mark.parametrize("space, match", [
     (Space({"learning_rate": Continuous(1e-5, 1e-3), "aug_coef": Continuous(0.0, 1.0)}), "'aug_coef'"),
-    (Space({"n_steps": Categorical((128, 256))}), "'n_steps'"),
+    (Space({"n_envs": Categorical((8, 16))}), "'n_envs'"),
+    (Space({"n_steps": Categorical((100, 200))}), "batch_size 2048 divides no rollout the search space allows"),
     (Space({"batch_size": Categorical((2048, 1000))}), "batch_size 1000 does not divide n_envs \\* n_steps = 16384"),
     (Space({"batch_size": Continuous(64.0, 2048.0)}), "batch_size is an integer"),
     (Space({"gamma": Continuous(0.9, 1.5)}), "gamma must be in \\(0, 1\\], got 1.5"),
@@ -581,8 +583,13 @@ def test_bad_search_space_is_a_usage_error(space: Space, match: str) -> None:
         PPOMember.validate(space, PPOSettings(), "cpu")
 
 
+def test_a_minibatch_that_does_not_divide_the_fixed_rollout_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="batch_size 100 does not divide n_envs \\* n_steps = 512"):
+        PPOMember.validate(Space({"clip_range": Continuous(0.1, 0.3)}),
+                           PPOSettings(n_envs=8, n_steps=64, batch_size=100), "cpu")
+
+
 @pytest.mark.parametrize("settings, match", [
-    ({"n_envs": 8, "n_steps": 64, "batch_size": 100}, "batch_size 100 does not divide n_envs \\* n_steps = 512"),
     ({"gamma": 0.0}, "gamma must be in \\(0, 1\\], got 0.0"),
     ({"distribution_mode": "medium"}, "distribution_mode must be one of easy, hard"),
     ({"eval_episodes": -1}, "eval_episodes must be an integer >= 0 \\(0: no evaluation\\), got -1"),

@@ -1,8 +1,8 @@
 """Environment builders: every ProcGen game and every gymnasium id, as an SB3 ``VecEnv``.
 
-Both kinds report finished episodes as ``info["episode"] = {"r", "l"}`` and can
-save and restore their full state (``get_state`` / ``set_state``), which a
-member's checkpoint needs to continue bit for bit.
+Both kinds report finished episodes as ``info["episode"] = {"r", "l"}``; those whose
+family allows it (:mod:`pbx.envs.families`) save and restore their full state
+(``get_state`` / ``set_state``), which a member's checkpoint needs to continue bit for bit.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
     import gym  # noqa: F401
     import procgen  # noqa: F401
 
+from pbx.envs.families import PROCGEN, Family, check_installed, gym_family
 from pbx.envs.gym import GymVecEnv, is_registered, make_gym_env
 from pbx.envs.procgen import DISTRIBUTION_MODES, GAMES, ProcgenVecEnv
 from pbx.errors import UsageError
 
-__all__ = ["DISTRIBUTION_MODES", "GAMES", "GymVecEnv", "ProcgenVecEnv", "StatefulVecEnv", "check_env", "is_procgen",
-           "make_env"]
+__all__ = ["DISTRIBUTION_MODES", "GAMES", "Family", "GymVecEnv", "ProcgenVecEnv", "StatefulVecEnv", "check_env",
+           "family", "is_procgen", "make_env"]
 
 StatefulVecEnv = ProcgenVecEnv | GymVecEnv
 
@@ -33,11 +34,20 @@ def is_procgen(env: str) -> bool:
     return env in GAMES
 
 
+def family(env: str) -> Family:
+    """The task family of ``env``, a ProcGen game or a registered gymnasium id (:func:`check_env`)."""
+    return PROCGEN if is_procgen(env) else gym_family(env)
+
+
 def check_env(env: str) -> None:
-    """Raise :class:`UsageError` unless ``env`` is a ProcGen game or a registered gymnasium id."""
-    if not (is_procgen(env) or is_registered(env)):
+    """Raise :class:`UsageError` unless ``env`` is a ProcGen game or a registered gymnasium id whose simulator
+    is installed (else the message names the pip command)."""
+    if is_procgen(env):
+        return
+    if not is_registered(env):
         raise UsageError(f"unknown env {env!r}: use a ProcGen game ({', '.join(GAMES)}) "
-                         f"or a registered gymnasium id such as CartPole-v1")
+                         f"or a registered gymnasium id such as CartPole-v1 or BipedalWalker-v3")
+    check_installed(env)
 
 
 def make_env(env: str, n_envs: int, seed: int, *, num_levels: int = 0, start_level: int = 0,
@@ -60,4 +70,4 @@ def make_env(env: str, n_envs: int, seed: int, *, num_levels: int = 0, start_lev
         # ProcGen's rand_seed is a C int
         return ProcgenVecEnv(env, n_envs, seed % 2**31, num_levels=num_levels, start_level=start_level,
                              distribution_mode=distribution_mode, num_threads=num_threads)
-    return make_gym_env(env, n_envs, seed, render=render)
+    return make_gym_env(env, n_envs, seed, render=render, saves_state=family(env).resume == "exact")

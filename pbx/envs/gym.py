@@ -1,4 +1,4 @@
-"""Any registered gymnasium id (e.g. ``CartPole-v1``) as an SB3 ``VecEnv``, for quick runs.
+"""Any registered gymnasium id (e.g. ``CartPole-v1``, ``BipedalWalker-v3``, ``Hopper-v5``) as an SB3 ``VecEnv``.
 
 SB3's ``make_vec_env`` wraps each env in its ``Monitor``, which reports finished
 episodes the same way the ProcGen adapter does (``info["episode"]``).
@@ -7,6 +7,7 @@ episodes the same way the ProcGen adapter does (``info["episode"]``).
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import gymnasium
 from stable_baselines3.common.env_util import make_vec_env
@@ -23,22 +24,55 @@ def is_registered(env_id: str) -> bool:
 
 
 class GymVecEnv(DummyVecEnv):
-    """SB3's ``DummyVecEnv`` whose envs (with their RNGs and episode sums) can be saved and restored.
+    """SB3's ``DummyVecEnv`` whose envs (with their RNGs and episode sums) can be saved and restored, where
+    their family allows it (:attr:`saves_state`).
 
-    A checkpoint must continue the episodes in progress bit for bit; gymnasium has no
-    state API, so the env objects themselves are pickled (classic-control envs pickle fine).
+    gymnasium has no state API, so the env objects themselves are pickled: classic-control envs pickle
+    whole. A MuJoCo env's pickle rebuilds its model and loses the simulation (``MjData``: positions,
+    velocities, warm starts, the derived quantities the next reward reads) and its RNG, so those travel
+    beside it and are copied back in. A Box2D world does not survive a pickle at all: such envs save
+    nothing and the member restarts their episodes on a resume.
     """
 
-    def get_state(self) -> bytes:
-        return pickle.dumps(self.envs)
+    saves_state = True
+    """Whether :meth:`get_state` saves the envs (set per family by :func:`make_gym_env`)."""
+
+    def get_state(self) -> bytes | None:
+        """The envs' state, or None where their family cannot save it (a resume then restarts the episodes)."""
+        if not self.saves_state:
+            return None
+        return pickle.dumps((self.envs, [_simulation(env) for env in self.envs]))
 
     def set_state(self, state: bytes) -> None:
-        self.envs = pickle.loads(state)
+        envs, simulations = pickle.loads(state)
+        for env, simulation in zip(envs, simulations):
+            if simulation is not None:
+                _set_simulation(env, simulation)
+        self.envs = envs
 
 
-def make_gym_env(env_id: str, n_envs: int, seed: int, render: bool = False) -> GymVecEnv:
+def _simulation(env: gymnasium.Env) -> tuple[Any, Any] | None:
+    """A MuJoCo env's ``MjData`` and RNG (what its pickle loses); None for any other env."""
+    inner = env.unwrapped
+    if type(inner).__module__.startswith("gymnasium.envs.mujoco") and hasattr(inner, "data"):
+        return inner.data, inner.np_random
+    return None
+
+
+def _set_simulation(env: gymnasium.Env, simulation: tuple[Any, Any]) -> None:
+    import mujoco
+
+    inner = env.unwrapped
+    data, rng = simulation
+    mujoco.mj_copyData(inner.data, inner.model, data)
+    inner.np_random = rng
+
+
+def make_gym_env(env_id: str, n_envs: int, seed: int, render: bool = False, saves_state: bool = True) -> GymVecEnv:
     """``n_envs`` copies of ``env_id``, env i seeded with ``seed + i`` at its first reset; ``render``: each
-    env's ``render()`` returns an RGB frame."""
+    env's ``render()`` returns an RGB frame; ``saves_state``: see :attr:`GymVecEnv.saves_state`."""
     kwargs = {"render_mode": "rgb_array"} if render else None
-    return make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs,  # type: ignore[return-value]
-                        vec_env_cls=GymVecEnv)
+    venv = make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs, vec_env_cls=GymVecEnv)
+    assert isinstance(venv, GymVecEnv)
+    venv.saves_state = saves_state
+    return venv

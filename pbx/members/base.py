@@ -92,9 +92,25 @@ class Member(ABC):
         return cls.default_space
 
     @classmethod
-    def round_steps(cls, settings: MemberSettings, steps: int) -> int:
-        """The env steps :meth:`train` really trains when asked for ``steps`` (PPO: whole rollouts)."""
+    def round_steps(cls, settings: MemberSettings, steps: int, space: Space) -> int:
+        """The env steps :meth:`train` really trains when asked for ``steps`` (PPO: whole rollouts) with a
+        config from ``space``."""
         return steps
+
+    @classmethod
+    def feasible(cls, config: Config, settings: MemberSettings, space: Space) -> tuple[Config, list[str]]:
+        """``config`` moved to the nearest one this member can train, and what was moved (decision operations).
+
+        Called on every starting config and every decision's config, so a strategy's pick that breaks a
+        constraint between hyperparameters (PPO: the minibatch must divide the rollout) is repaired and
+        recorded, never refused mid-run. By default every config in the space can be trained.
+        """
+        return dict(config), []
+
+    @classmethod
+    def resume_note(cls, env: str) -> str:
+        """What a resume on ``env`` cannot restore exactly, for the run's start line ("": it restores everything)."""
+        return ""
 
     @classmethod
     def validate(cls, space: Space, settings: MemberSettings, device: str) -> None:

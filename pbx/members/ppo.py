@@ -33,23 +33,23 @@ import numpy as np
 import torch
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
-from pbx.envs import StatefulVecEnv, check_env, is_procgen, make_env  # isort: skip
+from pbx.envs import StatefulVecEnv, check_env, family, is_procgen, make_env  # isort: skip
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger, configure
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.utils import FloatSchedule
-from stable_baselines3.common.vec_env import VecNormalize
 
 from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.members.base import Diverged, Member, MemberContext, MemberSettings
 from pbx.members.impala import ImpalaPolicy
-from pbx.members.ppo_settings import INTEGER_HYPERPARAMETERS, PPOSettings
+from pbx.members.normalize import Normalizer
+from pbx.members.ppo_settings import INTEGER_HYPERPARAMETERS, PPOSettings, check_rollouts, fit_rollout
 from pbx.members.process import (LOCAL_RANKS_VARS, _check_device, _deterministic_torch, _resolve_device,  # noqa: F401
                                  _rng_state, _seeded_cuda_state, _set_rng_state, _thread_budget)
 from pbx.members.update import PPOUpdate
 from pbx.rollout import Played, Watcher, play
-from pbx.space import Config, Continuous, Space
+from pbx.space import Config, Continuous, Integer, Space
 
 CHECKPOINT_FORMAT = 1
 _NON_FINITE = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)
@@ -107,18 +107,25 @@ class PPOMember(Member):
 
     @classmethod
     def run_defaults(cls, env: str) -> dict[str, object]:
-        """ProcGen: the PB2 paper's setting (25M steps, exploit every 500k). Classic control:
-        about 30 rounds of two default rollouts, where PPO solves CartPole in ~360k steps."""
-        if is_procgen(env):
-            return {"t_ready": 500_000, "max_budget": 25_000_000}
-        return {"t_ready": 32_768, "max_budget": 1_000_000}
+        """The env's family's schedule (:mod:`pbx.envs.families`). ProcGen: the PB2 paper's (25M steps, exploit
+        every 500k); continuous control: the PB2 paper's (1M steps, every 50k); classic control: about 30
+        rounds of two default rollouts, where PPO solves CartPole in ~360k steps."""
+        return dict(family(env).run)
 
     @classmethod
     def setting_defaults(cls, env: str) -> dict[str, object]:
-        """ProcGen: the reference PPO's value loss (the settings' default). Gymnasium ids: SB3's own, under
-        which ``ppo_classic.yaml``'s defaults (rl-zoo's CartPole PPO) were tuned and the CartPole study of
-        ``docs/results.md`` ran."""
-        return {} if is_procgen(env) else {"value_loss": "sb3"}
+        """The env's family's settings. ProcGen: the ProcGen paper's PPO (the settings' defaults). Classic
+        control: SB3's value loss, under which ``ppo_classic.yaml``'s defaults (rl-zoo's CartPole PPO) were
+        tuned. Continuous control: SB3's PPO defaults with rl-zoo's normalised observations and rewards."""
+        return dict(family(env).settings)
+
+    @classmethod
+    def resume_note(cls, env: str) -> str:
+        """What a resume cannot restore exactly on ``env``, for the run's start line ("" when it restores all)."""
+        if family(env).resume == "exact":
+            return ""
+        return (f"{env}'s envs cannot be saved ({family(env).name}): a resume restarts the episodes in progress, "
+                f"so the rounds after it differ from an uninterrupted run's (the finished rounds stay as they are)")
 
     @classmethod
     def describe(cls, settings: MemberSettings) -> str:
@@ -129,20 +136,20 @@ class PPOMember(Member):
     @classmethod
     def space_file(cls, env: str) -> str:
         """The search space for ``env`` when the run names none: ProcGen's, or a classic-control one."""
-        return cls.default_space if is_procgen(env) else "ppo_classic.yaml"
+        # A subclass's own ProcGen space (DrAC's PB2-Mix space) before the family's plain PPO one.
+        return cls.default_space if is_procgen(env) else family(env).space
 
     @classmethod
     def validate(cls, space: Space, settings: MemberSettings, device: str) -> None:
         if not isinstance(settings, cls.settings_cls):
             raise UsageError(f"{cls.__name__} needs {cls.settings_cls.__name__}, got {type(settings).__name__}")
         settings.check_searched(space.names)
-        rollout = settings.n_envs * settings.n_steps
         for name, param in space.params.items():
             if isinstance(param, Continuous):
-                if name in INTEGER_HYPERPARAMETERS:
-                    raise UsageError(f"{name} is an integer: make it categorical in the search space, "
-                                     f"e.g. {{type: categorical, choices: [...]}}")
-                values: tuple[Any, ...] = (param.low, param.high)
+                if name in INTEGER_HYPERPARAMETERS and not isinstance(param, Integer):
+                    raise UsageError(f"{name} is an integer: make it {{type: integer, low: ..., high: ...}} or "
+                                     f"categorical in the search space")
+                values: tuple[Any, ...] = (param.clip(param.low), param.clip(param.high))  # ints for Integer
             else:
                 values = param.choices
             for value in values:
@@ -150,10 +157,19 @@ class PPOMember(Member):
                     cls.settings_cls.check(name, value)
                 except UsageError as err:
                     raise UsageError(f"search space: {err}") from None
-                if name == "batch_size" and rollout % value:
-                    raise UsageError(f"search space: batch_size {value} does not divide "
-                                     f"n_envs * n_steps = {rollout}")
+        try:
+            check_rollouts(space, settings)
+        except UsageError as err:
+            raise UsageError(f"search space: {err}" if {"n_steps", "batch_size"} & set(space.names) else str(err)) \
+                from None
         _check_device(device)
+
+    @classmethod
+    def feasible(cls, config: Config, settings: MemberSettings, space: Space) -> tuple[Config, list[str]]:
+        """A searched rollout length or minibatch size moved to the nearest pair SB3 can train (the minibatch
+        dividing the rollout), and the moves as operations (:func:`~pbx.members.ppo_settings.fit_rollout`)."""
+        assert isinstance(settings, PPOSettings)
+        return fit_rollout(config, settings, space)
 
     def __init__(self, context: MemberContext, settings: PPOSettings, config: Config) -> None:
         super().__init__(context, settings, config)
@@ -166,13 +182,17 @@ class PPOMember(Member):
         venv = self._make_env(settings.n_envs, context.seed, settings.num_levels, settings.start_level)
         self._venv: StatefulVecEnv = venv
         image = is_image_space(venv.observation_space)
+        if image and (settings.normalize_obs or settings.net_arch is not None):
+            bad = "normalize_obs" if settings.normalize_obs else "net_arch"
+            raise UsageError(f"{bad} is for MLP policies on vector observations; {context.env}'s observations are "
+                             f"images (IMPALA CNN): leave {bad} at its default")
         # An MLP's matrices are too small to split: on 2 cores with other work running,
         # CartPole PPO trained 8,192 steps in 11.4 s with one torch thread and 176 s with two
         # (OpenMP threads spin waiting for each other). CNNs keep the core budget.
         torch.set_num_threads(threads if image else 1)
         self.device = _resolve_device(context.device, image, context.local_rank)
         self._cuda = self.device.type == "cuda"
-        self._reward_norm = VecNormalize(venv, norm_obs=False, norm_reward=settings.normalize_reward)
+        self._norm = Normalizer(venv, norm_obs=settings.normalize_obs, norm_reward=settings.normalize_reward)
         self._rng = _rng_state(self._cuda)
         with self._own_rng():
             torch.manual_seed(context.seed)
@@ -182,9 +202,11 @@ class PPOMember(Member):
                 # SB3 warns that MLP PPO is meant for the CPU; only an explicit --device cuda gets here.
                 warnings.filterwarnings("ignore", message="You are trying to run PPO on the GPU")
                 # The other hyperparameters are set by apply(), the one place that knows where SB3 reads them.
-                self.model = self.algorithm(ImpalaPolicy if image else "MlpPolicy", self._reward_norm,
-                                            n_steps=settings.n_steps, batch_size=settings.batch_size,
-                                            value_loss=settings.value_loss, device=self.device, verbose=0)
+                hp = self._hyperparameters(config)
+                net = {} if settings.net_arch is None else {"policy_kwargs": {"net_arch": list(settings.net_arch)}}
+                self.model = self.algorithm(ImpalaPolicy if image else "MlpPolicy", self._norm,
+                                            n_steps=int(hp["n_steps"]), batch_size=int(hp["batch_size"]),
+                                            value_loss=settings.value_loss, device=self.device, verbose=0, **net)
         # Start from the envs' first observations now (not inside the first ``learn``), so a
         # checkpoint written before any training holds them too. Reset the env SB3 steps
         # (``model.env``): for channels-last images it adds a ``VecTransposeImage`` on top.
@@ -217,9 +239,10 @@ class PPOMember(Member):
     def config(self) -> Config:
         return dict(self._config)
 
-    def _hyperparameters(self) -> dict[str, Any]:
-        """Every hyperparameter's value in use: the config's, else the settings'."""
-        return {name: getattr(self.settings, name) for name in self.settings_cls.hyperparameters} | self._config
+    def _hyperparameters(self, config: Config | None = None) -> dict[str, Any]:
+        """Every hyperparameter's value in use (or in ``config``): the config's, else the settings'."""
+        return ({name: getattr(self.settings, name) for name in self.settings_cls.hyperparameters}
+                | (self._config if config is None else config))
 
     def apply(self, config: Config) -> None:
         """Set each hyperparameter in ``config`` everywhere SB3 reads it; others keep their values."""
@@ -242,20 +265,31 @@ class PPOMember(Member):
         model.clip_range_vf = None if sb3_vf is None else FloatSchedule(sb3_vf)
         for name in ("ent_coef", "vf_coef", "max_grad_norm", "n_epochs", "batch_size", "gamma", "gae_lambda"):
             setattr(model, name, hp[name])
+        if hp["n_steps"] != model.n_steps:
+            # SB3 sizes the buffer once, in _setup_model; collect_rollouts fills model.n_steps steps per env.
+            # Between rounds the buffer holds nothing that is still needed, so a new one loses nothing.
+            model.n_steps = hp["n_steps"]
+            model.rollout_buffer = model.rollout_buffer_class(
+                model.n_steps, model.observation_space, model.action_space, device=model.device,
+                gamma=hp["gamma"], gae_lambda=hp["gae_lambda"], n_envs=model.n_envs, **model.rollout_buffer_kwargs)
         # GAE reads copies held by the rollout buffer; the reward normaliser discounts on its own.
         model.rollout_buffer.gamma = hp["gamma"]
         model.rollout_buffer.gae_lambda = hp["gae_lambda"]
-        self._reward_norm.gamma = hp["gamma"]
+        self._norm.gamma = hp["gamma"]
 
     @classmethod
-    def round_steps(cls, settings: MemberSettings, steps: int) -> int:
-        """Whole rollouts, the nearest number to ``steps`` and at least one: SB3 collects rollouts whole."""
+    def round_steps(cls, settings: MemberSettings, steps: int, space: Space) -> int:
+        """Whole rollouts, the nearest number to ``steps`` and at least one: SB3 collects rollouts whole. Where
+        the space searches the rollout length each member's differs, so the plan is ``steps`` itself and each
+        member ends a round at its own rollout's boundary nearest the plan (:meth:`train`)."""
         assert isinstance(settings, PPOSettings)
+        if "n_steps" in space.params:
+            return steps
         rollout = settings.n_envs * settings.n_steps
         return max(1, round(steps / rollout)) * rollout
 
     def train(self, steps: int) -> float:
-        """Train for :meth:`round_steps` env steps (whole rollouts, at least one).
+        """Train the whole rollouts of the current length nearest to ``steps`` env steps (at least one).
 
         Returns:
             The mean return of the training episodes that started and ended during this
@@ -267,7 +301,8 @@ class PPOMember(Member):
         """
         if steps <= 0:
             raise UsageError(f"steps to train must be positive, got {steps}")
-        total = self.round_steps(self.settings, steps)
+        rollout = self.settings.n_envs * self.model.n_steps
+        total = max(1, round(steps / rollout)) * rollout
         episodes = _RoundEpisodes(self.model._last_episode_starts)
         good = self._learner_state()
         with self._own_rng():
@@ -293,25 +328,21 @@ class PPOMember(Member):
         return self._note
 
     def _finite(self) -> bool:
-        """Whether the weights and the reward-normalisation statistics are all finite numbers."""
-        norm = self._reward_norm.ret_rms
-        return (all(bool(torch.isfinite(p).all()) for p in self.model.policy.parameters())
-                and bool(np.isfinite(norm.mean).all() and np.isfinite(norm.var).all()))
+        """Whether the weights and the normalisation statistics are all finite numbers."""
+        return all(bool(torch.isfinite(p).all()) for p in self.model.policy.parameters()) and self._norm.finite()
 
     def _learner_state(self) -> dict[str, Any]:
-        """The learner's state as a deep copy (weights, optimizer, reward statistics, update count)."""
-        norm = self._reward_norm.ret_rms
+        """The learner's state as a deep copy (weights, optimizer, normalisation statistics, update count)."""
         return {"policy": {k: v.detach().clone() for k, v in self.model.policy.state_dict().items()},
                 "optimizer": copy.deepcopy(self.model.policy.optimizer.state_dict()),
-                "reward_norm": (np.copy(norm.mean), np.copy(norm.var), norm.count),
+                "norm": self._norm.learner_state(),
                 "n_updates": self.model._n_updates}
 
     def _set_learner_state(self, state: dict[str, Any]) -> None:
         model = self.model
         model.policy.load_state_dict(state["policy"])
         model.policy.optimizer.load_state_dict(state["optimizer"])
-        norm = self._reward_norm.ret_rms
-        norm.mean, norm.var, norm.count = state["reward_norm"]
+        self._norm.set_learner_state(state["norm"])
         model._n_updates = state["n_updates"]
         self.apply(self._config)  # the optimizer load restored an lr into the param groups
 
@@ -359,10 +390,14 @@ class PPOMember(Member):
         try:
             with torch.random.fork_rng(devices=[torch.cuda.current_device()] if self._cuda else []):
                 torch.manual_seed(seed)
-                return play(env, lambda obs: self.model.policy.predict(obs, deterministic=deterministic)[0],
-                            episodes, max_steps or s.eval_max_steps, watchers)
+                return play(env, lambda obs: self.act(obs, deterministic), episodes, max_steps or s.eval_max_steps,
+                            watchers)
         finally:
             env.close()
+
+    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
+        """The policy's actions on raw observations of a test env, normalised with the statistics frozen."""
+        return self.model.policy.predict(self._norm.observe(obs), deterministic=deterministic)[0]
 
     def save(self, path: Path) -> None:
         state = self._checkpoint()
@@ -371,6 +406,7 @@ class PPOMember(Member):
     def _checkpoint(self) -> dict[str, Any]:
         """The state :meth:`save` writes, one entry per name in ``checkpoint_keys``."""
         model = self.model
+        norm = self._norm.learner_state()
         return {
             "format": CHECKPOINT_FORMAT,
             "member": self.context.index,
@@ -381,8 +417,9 @@ class PPOMember(Member):
             "config": self._config,
             "policy": model.policy.state_dict(),
             "optimizer": model.policy.optimizer.state_dict(),
-            "reward_norm": {"mean": self._reward_norm.ret_rms.mean, "var": self._reward_norm.ret_rms.var,
-                            "count": self._reward_norm.ret_rms.count, "returns": self._reward_norm.returns},
+            "reward_norm": {**norm["reward"], "returns": self._norm.returns},
+            "obs_norm": norm["obs"],
+            "raw_obs": self._norm.raw_obs() if norm["obs"] is not None else None,
             "last_obs": model._last_obs,
             "last_episode_starts": model._last_episode_starts,
             "env_state": self._venv.get_state(),
@@ -398,10 +435,12 @@ class PPOMember(Member):
         model = self.model
         model.policy.load_state_dict(state["policy"])
         model.policy.optimizer.load_state_dict(state["optimizer"])
-        norm = state["reward_norm"]
-        self._reward_norm.ret_rms.mean = norm["mean"]
-        self._reward_norm.ret_rms.var = norm["var"]
-        self._reward_norm.ret_rms.count = norm["count"]
+        # A checkpoint from before observation statistics were saved has none (it was trained without them).
+        obs_norm = state.get("obs_norm")
+        if (obs_norm is not None) != self.settings.normalize_obs:
+            raise UsageError(f"{path} was trained with normalize_obs {obs_norm is not None}, this run's settings "
+                             f"say {self.settings.normalize_obs}; the run folder does not match its config.yaml")
+        self._norm.set_learner_state({"reward": state["reward_norm"], "obs": obs_norm})
         self.steps = model.num_timesteps = state["steps"]
         model._n_updates = state["n_updates"]
         if own:
@@ -412,6 +451,10 @@ class PPOMember(Member):
                                  f"{self.settings.value_loss}: set value_loss: {trained} in the member section "
                                  f"of the run's config.yaml to resume it as it was trained")
             self._restore_world(state, path)
+        elif obs_norm is not None:
+            # The envs' latest observations, normalised by the recipient's old statistics, as the donor's
+            # statistics see them: the next action is the donor's policy's on the same raw observation.
+            model._last_obs = self._norm.observe(self._norm.raw_obs())
         if model.ep_info_buffer is not None:
             model.ep_info_buffer.clear()
         # The optimizer load restored the saved lr into the param groups; apply sets it again.
@@ -426,14 +469,19 @@ class PPOMember(Member):
         same policy, same levels, same random actions, so a round's data twice.
         """
         model = self.model
-        self._reward_norm.returns = state["reward_norm"]["returns"].copy()
-        self._venv.set_state(state["env_state"])
-        # Same values in the memory layout this env produces (ProcGen: channels-last strides):
-        # conv kernels for other layouts differ in the last bit, and so would the next actions.
-        model._last_obs = np.empty_like(model._last_obs)
-        model._last_obs[...] = state["last_obs"]
-        model._last_episode_starts = state["last_episode_starts"]
         self._rng = dict(state["rng"])
+        if state["env_state"] is None:
+            self._restart_episodes()
+        else:
+            self._norm.returns = state["reward_norm"]["returns"].copy()
+            self._venv.set_state(state["env_state"])
+            # Same values in the memory layout this env produces (ProcGen: channels-last strides):
+            # conv kernels for other layouts differ in the last bit, and so would the next actions.
+            model._last_obs = np.empty_like(model._last_obs)
+            model._last_obs[...] = state["last_obs"]
+            model._last_episode_starts = state["last_episode_starts"]
+            if state.get("raw_obs") is not None:
+                self._norm.old_obs = state["raw_obs"]
         # A run may resume on another device (--resume -m device=...): the CPU streams carry on as they were;
         # a GPU run resumed on the CPU drops its CUDA stream, a CPU run resumed on a GPU starts one of the
         # member's own (seeded from its seed and step count), not the one the process's other members share.
@@ -442,6 +490,21 @@ class PPOMember(Member):
         elif self._rng["cuda"] is None:
             self._rng["cuda"] = _seeded_cuda_state(int(np.random.SeedSequence(
                 self.context.seed, spawn_key=(2, self.steps)).generate_state(1, np.uint64)[0]))
+
+    def _restart_episodes(self) -> None:
+        """Start new episodes in every env, for a resume whose envs could not be saved (a Box2D world).
+
+        The seeds are the member's own and its step count's, so resuming twice restarts alike; the
+        observation statistics are left as saved (the first observations do not update them here).
+        """
+        self._venv.seed(int(np.random.SeedSequence(self.context.seed, spawn_key=(3, self.steps))
+                            .generate_state(1)[0] % 2**31))
+        training, self._norm.training = self._norm.training, False
+        try:
+            self.model._last_obs = self._norm.reset()
+        finally:
+            self._norm.training = training
+        self.model._last_episode_starts = np.ones(self.settings.n_envs, dtype=bool)
 
     def close(self) -> None:
         self.model.env.close()

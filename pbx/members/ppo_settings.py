@@ -16,8 +16,9 @@ from pbx.envs import DISTRIBUTION_MODES
 from pbx.errors import UsageError
 from pbx.members.base import MemberSettings
 from pbx.members.update import VALUE_LOSSES
+from pbx.space import Categorical, Continuous, Space
 
-INTEGER_HYPERPARAMETERS = ("n_epochs", "batch_size")
+INTEGER_HYPERPARAMETERS = ("n_epochs", "batch_size", "n_steps")
 _TIED = ("{} has no effect with value_loss: reference, which clips the value with clip_range as the "
          "reference PPO does; use value_loss: sb3 for SB3's own value clipping")
 
@@ -48,6 +49,9 @@ _DOMAINS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "vf_coef": (lambda v: _finite_number(v) and v >= 0, "a number >= 0"),
     "max_grad_norm": (lambda v: _finite_number(v) and v > 0, "a number above 0"),
     "normalize_reward": (lambda v: isinstance(v, bool), "true or false"),
+    "normalize_obs": (lambda v: isinstance(v, bool), "true or false"),
+    "net_arch": (lambda v: v is None or (isinstance(v, list) and len(v) > 0 and all(_positive_int(n) for n in v)),
+                 "a list of positive layer sizes such as [32, 32], or null (SB3's [64, 64])"),
     "num_levels": (_non_negative_int, "an integer >= 0"),
     "start_level": (_non_negative_int, "an integer >= 0"),
     "distribution_mode": (lambda v: v in DISTRIBUTION_MODES, f"one of {', '.join(DISTRIBUTION_MODES)}"),
@@ -65,7 +69,7 @@ class PPOSettings(MemberSettings):
 
     hyperparameters: ClassVar[tuple[str, ...]] = (
         "learning_rate", "clip_range", "clip_range_vf", "ent_coef", "vf_coef", "max_grad_norm", "gamma",
-        "gae_lambda", "n_epochs", "batch_size")
+        "gae_lambda", "n_epochs", "batch_size", "n_steps")
     """Settings a search space may explore: :meth:`PPOMember.apply` changes them while the agent trains."""
     domains: ClassVar[Mapping[str, tuple[Callable[[Any], bool], str]]] = _DOMAINS
     """Each setting's valid values and how an error message names them (a subclass adds its own settings)."""
@@ -73,7 +77,8 @@ class PPOSettings(MemberSettings):
     n_envs: int = 64
     """Envs stepped together; with n_steps it sizes the rollout buffer, so it cannot change while training."""
     n_steps: int = 256
-    """Steps per env per rollout; one rollout is n_envs * n_steps env steps."""
+    """Steps per env per rollout; one rollout is n_envs * n_steps env steps. A search may change it between
+    rounds (the PB2 paper searches the rollout size): the rollout buffer is rebuilt for the new length."""
     batch_size: int = 2048
     """Minibatch size in samples; must divide n_envs * n_steps (the paper's 8 minibatches = 2048)."""
     n_epochs: int = 3
@@ -102,6 +107,13 @@ class PPOSettings(MemberSettings):
     """Gradient norm clip."""
     normalize_reward: bool = True
     """Scale rewards by a running std of discounted returns (``VecNormalize(norm_obs=False)``)."""
+    normalize_obs: bool = False
+    """Normalise observations by their running mean and std (``VecNormalize(norm_obs=True)``, RLlib's
+    ``MeanStdFilter``); the statistics are part of the learner: saved in the checkpoint, copied with the weights
+    on an exploit, frozen when testing. On by default for continuous control; not for images (ProcGen)."""
+    net_arch: Optional[list[int]] = None
+    """The MLP policy's hidden layers, the same for the policy and the value network (SB3's ``net_arch``; the
+    PB2 paper's PPO is [32, 32]); None: SB3's [64, 64]. ProcGen's IMPALA CNN has its own."""
     num_levels: int = 200
     """ProcGen training levels (0 = unrestricted); the test env always uses the unrestricted distribution."""
     start_level: int = 0
@@ -130,10 +142,6 @@ class PPOSettings(MemberSettings):
         default_vf = next(f.default for f in fields(self) if f.name == "clip_range_vf")
         if self.value_loss == "reference" and self.clip_range_vf != default_vf:
             raise UsageError(_TIED.format(f"clip_range_vf={self.clip_range_vf}"))
-        rollout = self.n_envs * self.n_steps
-        if rollout % self.batch_size:
-            raise UsageError(f"batch_size {self.batch_size} does not divide n_envs * n_steps = {rollout}; "
-                             f"use a divisor such as {max(rollout // 8, 2)} (8 minibatches)")
 
     @classmethod
     def check(cls, name: str, value: Any) -> None:
@@ -149,10 +157,83 @@ class PPOSettings(MemberSettings):
         if unknown:
             raise UsageError(f"PPO has no hyperparameter {', '.join(map(repr, unknown))} to search over; "
                              f"it can change {', '.join(cls.hyperparameters)} while training "
-                             f"(n_envs and n_steps size the rollout buffer: set them with -m instead)")
+                             f"(n_envs sizes the vector env: set it with -m instead)")
 
     def check_searched(self, names: list[str]) -> None:
         """:meth:`check_names`, and raise :class:`UsageError` for a hyperparameter these settings do not use."""
         self.check_names(names)
         if self.value_loss == "reference" and "clip_range_vf" in names:
             raise UsageError(_TIED.format("changing clip_range_vf"))
+
+
+def _values(space: Space, name: str, setting: int) -> list[int]:
+    """The whole values ``name`` can take: the space's (choices, or every integer in its bounds), else the
+    setting's one value."""
+    param = space.params.get(name)
+    if param is None:
+        return [setting]
+    if isinstance(param, Categorical):
+        return [int(c) for c in param.choices]  # type: ignore[arg-type]
+    return list(range(math.ceil(param.low), math.floor(param.high) + 1))
+
+
+def check_rollouts(space: Space, settings: PPOSettings) -> None:
+    """Raise :class:`UsageError` for a minibatch size that no rollout the space allows divides.
+
+    SB3 collects ``n_envs * n_steps`` steps and splits them into minibatches of ``batch_size``; where both
+    are fixed the minibatch must divide the rollout, and where the space searches either, every minibatch
+    size it can pick must divide some rollout it can pick (:func:`fit_rollout` moves a pick to one).
+    """
+    n_envs = settings.n_envs
+    lengths = _values(space, "n_steps", settings.n_steps)
+    rollouts = {n_envs * n for n in lengths}
+    fixed = len(lengths) == 1
+    for batch in sorted(set(_values(space, "batch_size", settings.batch_size))):
+        if any(rollout % batch == 0 for rollout in rollouts):
+            continue
+        if isinstance(space.params.get("batch_size"), Continuous):
+            continue  # an integer range: fit_rollout moves a pick to a size that divides
+        if fixed:
+            rollout = next(iter(rollouts))
+            raise UsageError(f"batch_size {batch} does not divide n_envs * n_steps = {rollout}; "
+                             f"use a divisor such as {max(rollout // 8, 2)} (8 minibatches)")
+        raise UsageError(f"batch_size {batch} divides no rollout the search space allows (n_envs {n_envs} x "
+                         f"n_steps in [{min(lengths)}, {max(lengths)}]); use a batch_size that divides "
+                         f"n_envs * n_steps for some n_steps there, such as {n_envs * min(lengths) // 4 or 2}")
+    if isinstance(space.params.get("batch_size"), Continuous):
+        batches = _values(space, "batch_size", settings.batch_size)
+        if not any(rollout % b == 0 for rollout in rollouts for b in batches):
+            raise UsageError(f"no batch_size in [{min(batches)}, {max(batches)}] divides a rollout the search space "
+                             f"allows (n_envs {n_envs} x n_steps in [{min(lengths)}, {max(lengths)}])")
+
+
+def fit_rollout(config: Mapping[str, Any], settings: PPOSettings, space: Space) -> tuple[dict[str, Any], list[str]]:
+    """``config`` with a searched ``n_steps`` (else ``batch_size``) moved to the nearest value whose rollout the
+    minibatch divides, and what was moved, as decision operations; ``config`` itself when it fits.
+
+    A strategy picks each hyperparameter on its own, so a pick can break the constraint SB3 needs; it is
+    repaired, never refused mid-run (:func:`check_rollouts` made sure a repair exists).
+    """
+    n_envs = settings.n_envs
+    length = int(config.get("n_steps", settings.n_steps))
+    batch = int(config.get("batch_size", settings.batch_size))
+    if (n_envs * length) % batch == 0:
+        return dict(config), []
+    fixed = dict(config)
+    lengths = [n for n in _values(space, "n_steps", length) if (n_envs * n) % batch == 0]
+    if "n_steps" in space.params and lengths:
+        fixed["n_steps"] = min(lengths, key=lambda n: (abs(n - length), n))
+        return fixed, [f"n_steps {length} -> {fixed['n_steps']} (batch_size {batch} divides n_envs * n_steps)"]
+    ops = []
+    # The nearest rollout length (the pick's own first) that some minibatch size of the space divides.
+    for n in sorted(_values(space, "n_steps", length), key=lambda n: (abs(n - length), n)):
+        batches = [b for b in _values(space, "batch_size", batch) if (n_envs * n) % b == 0]
+        if batches:
+            break
+    if n != length:
+        fixed["n_steps"] = n
+        ops.append(f"n_steps {length} -> {n} (no batch_size of the space divides n_envs * n_steps = "
+                   f"{n_envs * length})")
+    fixed["batch_size"] = min(batches, key=lambda b: (abs(b - batch), b))
+    ops.append(f"batch_size {batch} -> {fixed['batch_size']} (it divides n_envs * n_steps = {n_envs * n})")
+    return fixed, ops

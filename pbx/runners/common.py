@@ -48,8 +48,10 @@ def eval_seed(seed: int, round_: int) -> int:
 
 
 def initial_configs(strategy: Strategy, cfg: RunConfig) -> list[Config]:
-    """Each member's starting config, drawn with the run's pre-round generator."""
-    return strategy.initial_configs(cfg.space, cfg.run.pop_size, round_rng(cfg.run.seed, -1))
+    """Each member's starting config, drawn with the run's pre-round generator and moved to one the members can
+    train (:meth:`pbx.members.Member.feasible`; the history records the config each member trained with)."""
+    return [cfg.member_cls.feasible(config, cfg.member, cfg.space)[0]
+            for config in strategy.initial_configs(cfg.space, cfg.run.pop_size, round_rng(cfg.run.seed, -1))]
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ every member in this process, files on disk; the MPI runner: members spread
 over ranks, checkpoint bytes sent between them), as SB3's ``DummyVecEnv`` and
 ``SubprocVecEnv`` differ only in how a step is carried out.
 
-Per round ``r``: the executor trains each member ``round_steps(r)`` steps,
+Per round ``r``: the executor trains each member to the round's planned end (``round_end(r)`` steps in all),
 evaluates it when due, and saves it durably; the loop writes the round's rows to
 ``history.csv`` (fsynced: from here on a kill loses nothing), deletes the other
 rounds' checkpoints, asks the strategy for decisions with the round's generator
@@ -21,6 +21,7 @@ an uninterrupted one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -100,9 +101,10 @@ class Executor(ABC):
         :class:`~pbx.errors.UsageError` naming it."""
 
     @abstractmethod
-    def train_round(self, round_: int, steps: int, test_seed: int | None,
+    def train_round(self, round_: int, until: int, test_seed: int | None,
                     advance: Callable[[int], None]) -> list[Trained]:
-        """Train, score, evaluate (with ``test_seed``, when not None) and durably save this process's members.
+        """Train each of this process's members to ``until`` steps in all (the round's planned end), then score,
+        evaluate (with ``test_seed``, when not None) and durably save it.
 
         ``advance(steps)`` reports progress as members finish. Returns, on the
         coordinator, one entry per member of the whole population in member order
@@ -163,7 +165,7 @@ class RoundLoop:
             start_time = time.perf_counter() - offset
             for r in range(first, cfg.run.rounds):
                 advance = recorder.console.advance if recorder is not None else _ignore
-                trained = executor.train_round(r, cfg.round_steps(r), self._test_seed(r), advance)
+                trained = executor.train_round(r, cfg.round_end(r), self._test_seed(r), advance)
 
                 # Shared only once the round is in the history: from then on its checkpoints are
                 # what a resume starts from, and the older ones can go.
@@ -236,7 +238,17 @@ class RoundLoop:
         return rows
 
     def _decide(self, history: History, r: int) -> list[Decision]:
-        return self.strategy.decide(history, self.cfg.space, round_rng(self.cfg.run.seed, r))
+        """The strategy's decisions, each new config moved to one the members can train (:meth:`Member.feasible`),
+        the move added to its operations."""
+        cfg = self.cfg
+        decisions = []
+        for d in self.strategy.decide(history, cfg.space, round_rng(cfg.run.seed, r)):
+            if d.copies or d.explored:
+                config, moves = cfg.member_cls.feasible(d.config, cfg.member, cfg.space)
+                if moves:
+                    d = dataclasses.replace(d, config=config, ops=(*d.ops, *moves))
+            decisions.append(d)
+        return decisions
 
     def _apply(self, decisions: Sequence[Decision], r: int) -> None:
         self.executor.apply(decisions, r)

@@ -64,17 +64,19 @@ class LocalExecutor(Executor):
                                  f"{steps[i]:,} after round {round_}: the folder is out of step (start a new run)")
         self.current = None
 
-    def train_round(self, round_: int, steps: int, test_seed: int | None,
+    def train_round(self, round_: int, until: int, test_seed: int | None,
                     advance: Callable[[int], None]) -> list[Trained]:
-        trained = [self._train_one(i, member, round_, steps, test_seed, advance) for i, member in self.members.items()]
+        trained = [self._train_one(i, member, round_, until, test_seed, advance) for i, member in self.members.items()]
         self.current = None
         return trained
 
-    def _train_one(self, i: int, member: Member, round_: int, steps: int, test_seed: int | None,
+    def _train_one(self, i: int, member: Member, round_: int, until: int, test_seed: int | None,
                    advance: Callable[[int], None]) -> Trained:
         self.current, before = i, member.steps
         try:
-            score, note = finite_or_nan(member.train(steps)), ""
+            # The steps left to the round's planned end: the round's planned steps, unless the member's rollout
+            # length changed (a member ahead of the plan still trains, and PPO trains one rollout at least).
+            score, note = finite_or_nan(member.train(max(until - member.steps, 1))), ""
             if math.isnan(score):
                 note = member.score_note()
         except Diverged as err:

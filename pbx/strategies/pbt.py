@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from pbx.errors import UsageError
-from pbx.space import Categorical, Config, Space
+from pbx.space import Categorical, Config, Integer, Space
 from pbx.strategies.base import ExploitExplore, Explored, RoundContext, StrategySettings
 from pbx.strategies.categorical import canonical_cat_exp, check_space, fixed_values
 
@@ -63,6 +63,9 @@ def perturb(
         else:
             factor = FACTORS[int(rng.integers(2))]
             new[name] = param.clip(float(config[name]) * factor)
+            if isinstance(param, Integer) and new[name] == config[name]:
+                # rounding undid the move (2 * 1.2 is 2): step one whole number the factor's way
+                new[name] = param.clip(int(config[name]) + (1 if factor > 1 else -1))
             ops.append(f"{name} * {factor}")
     return new, ops
 
