@@ -38,7 +38,7 @@ import pandas as pd
 
 from pbx.errors import UsageError
 from pbx.files import fsync_dir
-from pbx.space import Categorical, Space, Value
+from pbx.space import Categorical, Integer, Space, Value
 
 BASE_COLUMNS = ["member", "round", "steps", "wall_s", "score", "test_score", "parent", "explored", "role"]
 RESULT_ROLE = "pop1"
@@ -273,11 +273,23 @@ def _typed(frame: pd.DataFrame, space: Space | None = None) -> pd.DataFrame:
             if unknown:
                 raise ValueError(f"{col} takes {unknown}, not among its choices {list(param.choices)}")
             frame[col] = pd.Series([choices[str(v)] for v in frame[col]], index=frame.index, dtype=object)
+        elif isinstance(param, Integer):
+            frame[col] = _whole_column(frame[col], col)
         elif param is not None:
             frame[col] = frame[col].astype(np.float64)
         else:
             frame[col] = _untyped_column(frame[col].astype(object))
     return frame
+
+
+def _whole_column(values: pd.Series, name: str) -> pd.Series:
+    """An integer parameter's column as int64, so a config read back (a resume, a replay) holds ``512``, as the
+    run's members were given, not ``512.0``."""
+    numbers = values.astype(np.float64)
+    fractional = numbers[~numbers.map(float.is_integer)]
+    if len(fractional):
+        raise ValueError(f"{name} is an integer parameter, but takes {fractional.iloc[0]!r}")
+    return numbers.astype(np.int64)
 
 
 def _untyped_column(values: pd.Series) -> pd.Series:

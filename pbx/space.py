@@ -7,12 +7,14 @@ of choices. Spaces are read from YAML files like ``search_spaces/toy.yaml``::
 
     h0: {type: continuous, low: 0.0, high: 1.0, default: 0.5}
     lr: {type: continuous, low: 1.0e-5, high: 1.0e-3, log: true}
-    n_steps: {type: integer, low: 250, high: 15000}
+    n_steps: {type: integer, low: 250, high: 15000, default: 512}
+    n_epochs: {type: integer, low: 1, high: 20, log: true}
     aug: {type: categorical, choices: [crop, flip]}
 
 Integer parameters are continuous ones whose values are rounded: strategies that work
 on the unit cube (PB2) model them there, and every value the space hands out (a draw,
-a clip, a point of the cube) is a whole number.
+a clip, a point of the cube) is a Python ``int``. Their bounds and default must be
+whole numbers (``1.0e3`` is).
 
 ``default`` is optional: it is the value the fixed-hyperparameter baseline
 (``--search none``) uses. Without it the default is the middle of the range (on
@@ -89,13 +91,17 @@ class Integer(Continuous):
     def __post_init__(self) -> None:
         for key in ("low", "high", "default"):
             value = getattr(self, key)
-            if value is not None and (not math.isfinite(value) or value != int(value)):
+            if value is None:
+                continue
+            if not math.isfinite(value) or value != int(value):
                 options = f" (use {math.floor(value)} or {math.ceil(value)})" if math.isfinite(value) else ""
                 raise UsageError(f"{key} must be a whole number for an integer parameter, got {value}{options}")
+            # YAML's 1.0e3 arrives as a float: stored as the int it is, so to_dict writes 1000, not 1000.0
+            object.__setattr__(self, key, int(value))
         super().__post_init__()
 
     def clip(self, value: float) -> int:  # type: ignore[override]
-        return int(min(max(round(float(value)), int(self.low)), int(self.high)))
+        return min(max(round(float(value)), int(self.low)), int(self.high))
 
     def from_unit(self, u: float) -> int:  # type: ignore[override]
         return self.clip(super().from_unit(u))
@@ -202,20 +208,23 @@ class Space:
 
     @classmethod
     def load(cls, path: str | Path) -> Space:
-        return cls.from_dict(read_yaml(path, "search space file"), source=str(path))
+        """A search-space file, or the ``space:`` section of an experiment file or a run's ``config.yaml``."""
+        raw = read_yaml(path, "search space file")
+        if isinstance(raw, dict) and isinstance(raw.get("space"), dict) and "type" not in raw["space"]:
+            return cls.from_dict(raw["space"], source=f"{path} (space:)")
+        return cls.from_dict(raw, source=str(path))
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The YAML form, as written into a run's ``config.yaml``."""
         out: dict[str, dict[str, Any]] = {}
         for name, p in self.params.items():
-            if isinstance(p, Integer):
-                spec: dict[str, Any] = {"type": "integer", "low": int(p.low), "high": int(p.high), "log": p.log}
-            elif isinstance(p, Continuous):
-                spec = {"type": "continuous", "low": p.low, "high": p.high, "log": p.log}
+            if isinstance(p, Continuous):  # an Integer's bounds and default are ints already
+                kind = "integer" if isinstance(p, Integer) else "continuous"
+                spec: dict[str, Any] = {"type": kind, "low": p.low, "high": p.high, "log": p.log}
             else:
                 spec = {"type": "categorical", "choices": list(p.choices)}
             if p.default is not None:
-                spec["default"] = int(p.default) if isinstance(p, Integer) else p.default
+                spec["default"] = p.default
             out[name] = spec
         return out
 

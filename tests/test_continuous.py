@@ -18,7 +18,7 @@ from pbx.history import read_csv
 from pbx.members.base import MemberContext
 from pbx.members.ppo import PPOMember
 from pbx.members.ppo_settings import PPOSettings, fit_rollout
-from pbx.space import Continuous, Integer, Space
+from pbx.space import Integer, Space
 
 from conftest import ROOT, kill_after, start_train
 

@@ -6,7 +6,7 @@ import pytest
 
 from pbx.errors import UsageError
 from pbx.history import BASE_COLUMNS, History, HistoryLog, Row, read_csv
-from pbx.space import Categorical, Continuous, Space
+from pbx.space import Categorical, Continuous, Integer, Space
 
 SPACE = Space({"h0": Continuous(0.0, 1.0), "lr": Continuous(0.0, 1.0), "aug": Categorical(("crop", "flip"))})
 
@@ -128,3 +128,29 @@ def test_a_damaged_row_before_the_last_is_an_error_not_skipped(tmp_path, damage,
     path.write_text(f"{header}\n{damage(first)}\n{second}\n")
     with pytest.raises(UsageError, match="history.csv: .*" + message.replace("[", "\\[").replace("]", "\\]")):
         HistoryLog(path, SPACE, 2)
+
+
+def test_an_integer_parameter_reads_back_as_ints_and_stays_int_after_a_resume(tmp_path) -> None:
+    space = Space({"h0": Continuous(0.0, 1.0), "n_steps": Integer(250, 15_000)})
+    path = tmp_path / "history.csv"
+
+    def rows(round_: int) -> list[Row]:
+        return [Row(member=m, round=round_, steps=4, wall_s=0.0, score=1.0, test_score=math.nan, parent=m,
+                    explored=False, config={"h0": 1.0, "n_steps": 512 + m}) for m in range(2)]
+
+    HistoryLog(path, space, 2).append(rows(0))
+    assert "pop1,1.0,512\n" in path.read_text()
+    resumed = HistoryLog(path, space, 2)
+    config = resumed.history.config_of(resumed.history.latest().iloc[1])
+    assert config == {"h0": 1.0, "n_steps": 513} and type(config["n_steps"]) is int
+    after = resumed.append(rows(1))  # rows read back meet rows appended in memory
+    assert after.frame["n_steps"].dtype == "int64" and after.frame["h0"].dtype == "float64"
+    assert read_csv(path, space)["n_steps"].tolist() == [512, 513, 512, 513]
+
+
+def test_a_fractional_value_of_an_integer_parameter_is_a_damaged_file(tmp_path) -> None:
+    space = Space({"n_steps": Integer(250, 15_000)})
+    path = tmp_path / "history.csv"
+    path.write_text(",".join(BASE_COLUMNS + ["n_steps"]) + "\n0,0,4,0.0,1.0,nan,0,False,pop1,512.5\n")
+    with pytest.raises(UsageError, match="n_steps is an integer parameter, but takes 512.5"):
+        read_csv(path, space)

@@ -14,7 +14,7 @@ from scipy.optimize import minimize
 
 from pbx.errors import UsageError
 from pbx.history import History, Row, rank_best_first
-from pbx.space import Categorical, Config, Continuous, Space
+from pbx.space import Categorical, Config, Continuous, Integer, Space
 from pbx.strategies import acquisition, gp, pb2
 from pbx.strategies.kernels import TimeVaryingSE
 from pbx.strategies.acquisition import Acquisition, starts
@@ -361,6 +361,19 @@ def test_decisions_in_bounds_from_top_quantile_donors_with_readable_ops(mixed: S
             assert [op for op in d.ops if op.startswith(("lr", "ent"))] == [
                 f"lr -> {d.config['lr']:.3g} (PB2)", f"ent -> {d.config['ent']:.3g} (PB2)"]
             assert all(op == "aug resample" for op in d.ops if op.startswith("aug"))
+
+
+def test_an_integer_parameter_is_picked_on_the_cube_and_handed_out_whole() -> None:
+    space = Space({"lr": Continuous(1e-5, 1e-3, log=True), "n_steps": Integer(250, 15_000, log=True)})
+    history = peaked_history(space, rounds=5)
+    assert history.frame["n_steps"].dtype == np.int64
+    for seed in range(3):
+        copies = [d for d in PB2().decide(history, space, np.random.default_rng(seed)) if d.copies]
+        assert copies
+        for d in copies:
+            n = d.config["n_steps"]
+            assert type(n) is int and 250 <= n <= 15_000 and in_bounds(space, d.config)
+            assert f"n_steps -> {n} (PB2)" in d.ops  # the GP's pick, not PBT's fallback, shown whole (not 1.23e+03)
 
 
 def _assert_pbt_fallback(strategy: PB2, history: History, space: Space) -> None:

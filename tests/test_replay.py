@@ -20,6 +20,8 @@ from pbx.run_dir import RunDir
 from pbx.runners.loop import RoundLoop
 from pbx.runners.sync import SyncRunner
 from pbx.schedule import lineage
+from pbx.space import Integer, Space
+from pbx.strategies.schedule import Schedule, ScheduleSettings
 
 from conftest import ROOT, run_toy
 
@@ -168,6 +170,13 @@ def test_schedule_setting_is_checked_before_anything_trains(schedule: object, me
     with pytest.raises(UsageError) as err:
         resolve([_replay_config(schedule)])
     assert message in str(err.value)
+
+
+def test_a_schedule_that_gives_an_integer_parameter_a_fraction_is_refused() -> None:
+    space = Space({"n_epochs": Integer(1, 20)})
+    Schedule.validate(ScheduleSettings([{"steps": 0, "config": {"n_epochs": 4}}]), space)
+    with pytest.raises(UsageError, match="n_epochs=4.5 is outside the search space"):
+        Schedule.validate(ScheduleSettings([{"steps": 0, "config": {"n_epochs": 4.5}}]), space)
 
 
 def test_a_change_point_inside_a_round_switches_at_the_next_boundary(tmp_path) -> None:

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from pbx.errors import UsageError
-from pbx.space import Categorical, Continuous, Space
+from pbx.space import Categorical, Continuous, Integer, Space
 
 
 def test_unit_cube_round_trip_linear_and_log(mixed_space: Space) -> None:
@@ -47,7 +47,10 @@ def test_load_yaml_accepts_exponents_without_dot(tmp_path) -> None:
     ("a: {type: continuous, low: 1, high: 0}", "low must be below high"),
     ("a: {type: continuous, low: 0, high: 1, log: true}", "log-scale parameter needs low > 0"),
     ("a: {type: categorical, choices: []}", "at least one choice"),
-    ("a: {type: uniform, low: 0, high: 1}", "unknown type 'uniform'"),
+    ("a: {type: uniform, low: 0, high: 1}", "unknown type 'uniform'; use 'continuous', 'integer' or 'categorical'"),
+    ("a: {type: integer, high: 10}", "an integer parameter needs 'low'"),
+    ("a: {type: integer, low: 0, high: 10, log: true}", "log-scale parameter needs low > 0"),
+    ("a: {type: integer, low: 1, high: 10, default: 11}", "default 11 is outside [1, 10]"),
     ("a: {type: continuous, low: zero, high: 1}", "low must be a number"),
     ("a: {type: continuous, high: 1}", "needs 'low'"),
     ("a: {type: continuous, low: 0, high: 1, step: 2}", "unknown key(s) ['step']"),
@@ -72,3 +75,55 @@ def test_choices_that_read_the_same_as_text_are_refused() -> None:
 def test_choices_that_are_not_plain_values_are_refused(choices: str) -> None:
     with pytest.raises(UsageError, match="categorical choices must be numbers, strings, booleans or null"):
         Space.from_dict({"a": {"type": "categorical", "choices": yaml.safe_load(choices)}})
+
+
+def test_integer_parameters_round_trip_through_yaml_as_whole_numbers(tmp_path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text("n_steps: {type: integer, low: 250, high: 1.5e4, default: 512}\n"
+                 "n_epochs: {type: integer, low: 1, high: 20, log: true}\n")
+    space = Space.load(f)
+    assert space.params["n_steps"] == Integer(250, 15_000, default=512)
+    assert space.params["n_epochs"] == Integer(1, 20, log=True)
+    assert space.params["n_steps"] != Continuous(250.0, 15_000.0, default=512.0)  # the type survives
+    written = yaml.safe_dump(space.to_dict())
+    assert "high: 15000\n" in written and "default: 512\n" in written and "type: integer" in written
+    assert Space.from_dict(yaml.safe_load(written)) == space
+    assert space.initial() == {"n_steps": 512, "n_epochs": 4}  # 4.47 on the log scale, rounded
+    assert all(type(v) is int for v in space.initial().values())
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"low": 2.5, "high": 10}, "low must be a whole number for an integer parameter, got 2.5 (use 2 or 3)"),
+    ({"low": 1, "high": 10.5}, "high must be a whole number for an integer parameter, got 10.5 (use 10 or 11)"),
+    ({"low": 1, "high": 10, "default": 3.25},
+     "default must be a whole number for an integer parameter, got 3.25 (use 3 or 4)"),
+])
+def test_a_fractional_integer_bound_names_the_value_and_the_fix(spec: dict, message: str) -> None:
+    with pytest.raises(UsageError) as err:
+        Space.from_dict({"n": {"type": "integer", **spec}})
+    assert str(err.value) == f"search space: parameter 'n': {message}"
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_integer_draws_points_and_clips_are_ints_within_bounds(log: bool) -> None:
+    p = Integer(1, 1000, log=log)
+    rng = np.random.default_rng(0)
+    draws = [p.sample(rng) for _ in range(3000)]
+    units = [p.from_unit(u) for u in np.linspace(-0.5, 1.5, 101)]
+    clips = [p.clip(v) for v in (-7, 0.4, 2.5000001, 999.6, 1e9)]
+    assert all(type(v) is int and 1 <= v <= 1000 for v in draws + units + clips)
+    assert clips == [1, 1, 3, 1000, 1000]
+    assert (p.from_unit(0.0), p.from_unit(1.0)) == (1, 1000)
+    # log-uniform: a third of the draws in 1..10; uniform: about 1%
+    share = np.mean(np.array(draws) <= 10)
+    assert 0.28 < share < 0.38 if log else share < 0.02
+    assert p.from_unit(0.5) == (32 if log else 500)  # sqrt(1000) = 31.6, 1 + 999 / 2 = 500.5 (to even)
+
+
+def test_a_space_hands_out_ints_for_integer_parameters_and_floats_for_continuous_ones() -> None:
+    space = Space({"n": Integer(2, 64, log=True), "x": Continuous(0.0, 1.0)})
+    clipped = space.clip({"n": 80.0, "x": 2})
+    assert clipped == {"n": 64, "x": 1.0} and type(clipped["n"]) is int and type(clipped["x"]) is float
+    picked = space.from_unit(np.array([0.5, 0.25]), {"n": 2, "x": 0.0})
+    assert picked == {"n": 11, "x": 0.25} and type(picked["n"]) is int  # 2 * 32 ** 0.5 = 11.3
+    assert space.to_unit({"n": 8, "x": 0.5}) == pytest.approx([0.4, 0.5])

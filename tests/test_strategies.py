@@ -7,7 +7,7 @@ import pytest
 
 from pbx.errors import UsageError
 from pbx.history import History, rank_best_first
-from pbx.space import Categorical, Continuous, Space
+from pbx.space import Categorical, Continuous, Integer, Space
 from pbx.strategies import STRATEGIES, ExploitExplore, RunContext, Truncation, WinnerTakesAll, make_selection
 from pbx.strategies.pbt import FACTORS, PBT, perturb
 
@@ -142,3 +142,19 @@ def test_pbt_clips_at_the_bound() -> None:
         assert new["x"] in (0.8, 1.0)
     with pytest.raises(UsageError, match="resample_prob must be in"):
         PBT.settings_cls(resample_prob=1.5)
+
+
+def test_pbt_moves_a_small_integer_by_at_least_one_step_the_factors_way() -> None:
+    space = Space({"n": Integer(1, 20)})
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(50):
+        new, ops = perturb({"n": 2}, space, rng, resample_prob=0.0)  # 2 * 0.8 and 2 * 1.2 both round to 2
+        assert type(new["n"]) is int
+        seen.add((new["n"], *ops))
+    assert seen == {(1, "n * 0.8"), (3, "n * 1.2")}
+    for _ in range(20):  # at the bound only the move inwards changes the value
+        new, ops = perturb({"n": 1}, space, rng, resample_prob=0.0)
+        assert new["n"] == (1 if ops == ["n * 0.8"] else 2)
+    moved, _ = perturb({"n": 10}, space, np.random.default_rng(0), resample_prob=0.0)
+    assert moved["n"] in (8, 12)  # a factor that moves the value on its own is used as is

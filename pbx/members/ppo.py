@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import copy
 import math
-import pickle
 import random
 import re
-import zipfile
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,7 +32,6 @@ import torch
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
 from pbx.envs import StatefulVecEnv, check_env, family, is_procgen, make_env  # isort: skip
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger, configure
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.utils import FloatSchedule
@@ -42,47 +39,19 @@ from stable_baselines3.common.utils import FloatSchedule
 from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.members.base import Diverged, Member, MemberContext, MemberSettings
+from pbx.members.checkpoint import CHECKPOINT_FORMAT, read_checkpoint
+from pbx.members.episodes import RoundEpisodes
 from pbx.members.impala import ImpalaPolicy
 from pbx.members.normalize import Normalizer
-from pbx.members.ppo_settings import INTEGER_HYPERPARAMETERS, PPOSettings, check_rollouts, fit_rollout
+from pbx.members.ppo_settings import INTEGER_HYPERPARAMETERS, PPOSettings, fit_rollout
 from pbx.members.process import (LOCAL_RANKS_VARS, _check_device, _deterministic_torch, _resolve_device,  # noqa: F401
                                  _rng_state, _seeded_cuda_state, _set_rng_state, _thread_budget)
 from pbx.members.update import PPOUpdate
 from pbx.rollout import Played, Watcher, play
-from pbx.space import Config, Continuous, Integer, Space
+from pbx.space import Config, Space
 
-CHECKPOINT_FORMAT = 1
 _NON_FINITE = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)
 """An error message about non-finite numbers (whole words: "information" is not one)."""
-
-
-class _RoundEpisodes(BaseCallback):
-    """Collects the returns of episodes that both start and end during one ``learn`` call.
-
-    An env in the middle of an episode when the call starts (always so after an
-    exploit, since the recipient keeps its envs) finishes that episode with reward
-    partly earned before the call, possibly by a policy the member just threw away:
-    such an episode is counted in ``left_out``, not scored. SB3's ``ep_info_buffer``
-    is no use either: it keeps the last 100 episodes and outlives weight copies.
-    """
-
-    def __init__(self, fresh: np.ndarray) -> None:
-        super().__init__()
-        self.fresh = fresh.astype(bool).copy()
-        """Per env: whether its current episode started inside this call."""
-        self.returns: list[float] = []
-        self.left_out = 0
-
-    def _on_step(self) -> bool:
-        infos = self.locals["infos"]
-        for i in np.flatnonzero(self.locals["dones"]):
-            if "episode" in infos[i]:
-                if self.fresh[i]:
-                    self.returns.append(float(infos[i]["episode"]["r"]))
-                else:
-                    self.left_out += 1
-            self.fresh[i] = True  # the next episode starts now
-        return True
 
 
 class PPOMember(Member):
@@ -143,25 +112,7 @@ class PPOMember(Member):
     def validate(cls, space: Space, settings: MemberSettings, device: str) -> None:
         if not isinstance(settings, cls.settings_cls):
             raise UsageError(f"{cls.__name__} needs {cls.settings_cls.__name__}, got {type(settings).__name__}")
-        settings.check_searched(space.names)
-        for name, param in space.params.items():
-            if isinstance(param, Continuous):
-                if name in INTEGER_HYPERPARAMETERS and not isinstance(param, Integer):
-                    raise UsageError(f"{name} is an integer: make it {{type: integer, low: ..., high: ...}} or "
-                                     f"categorical in the search space")
-                values: tuple[Any, ...] = (param.clip(param.low), param.clip(param.high))  # ints for Integer
-            else:
-                values = param.choices
-            for value in values:
-                try:
-                    cls.settings_cls.check(name, value)
-                except UsageError as err:
-                    raise UsageError(f"search space: {err}") from None
-        try:
-            check_rollouts(space, settings)
-        except UsageError as err:
-            raise UsageError(f"search space: {err}" if {"n_steps", "batch_size"} & set(space.names) else str(err)) \
-                from None
+        settings.check_space(space)
         _check_device(device)
 
     @classmethod
@@ -303,7 +254,7 @@ class PPOMember(Member):
             raise UsageError(f"steps to train must be positive, got {steps}")
         rollout = self.settings.n_envs * self.model.n_steps
         total = max(1, round(steps / rollout)) * rollout
-        episodes = _RoundEpisodes(self.model._last_episode_starts)
+        episodes = RoundEpisodes(self.model._last_episode_starts)
         good = self._learner_state()
         with self._own_rng():
             try:
@@ -428,7 +379,7 @@ class PPOMember(Member):
         }
 
     def load(self, path: Path, *, own: bool) -> None:
-        state = _read_checkpoint(Path(path), self.checkpoint_keys)
+        state = read_checkpoint(Path(path), self.checkpoint_keys)
         if (state["env"], state["n_envs"]) != (self.context.env, self.settings.n_envs):
             raise UsageError(f"{path} holds a member trained on {state['env']} with {state['n_envs']} envs; "
                              f"this member runs {self.context.env} with {self.settings.n_envs}")
@@ -509,25 +460,3 @@ class PPOMember(Member):
     def close(self) -> None:
         self.model.env.close()
         self.model.logger.close()
-
-
-def _read_checkpoint(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
-    """A checkpoint's state; anything unreadable is one :class:`UsageError` naming the file and the way out."""
-    fix = "the run folder is damaged: restore the file, or start a new run"
-    if not path.is_file():
-        raise UsageError(f"{path}: missing checkpoint; {fix}")
-    try:
-        # Checkpoints hold NumPy arrays and RNG tuples, so they are full pickles: load only
-        # files pbx wrote (the run folder's own checkpoints).
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except (EOFError, RuntimeError, OSError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile,
-            AttributeError, ImportError, IndexError, KeyError, TypeError) as err:
-        reason = "empty file" if path.stat().st_size == 0 else f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
-        raise UsageError(f"{path}: unreadable checkpoint ({reason}); {fix}") from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        found = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise UsageError(f"{path}: not a pbx PPO checkpoint of format {CHECKPOINT_FORMAT} (found {found!r}); {fix}")
-    missing = [key for key in keys if key not in state]
-    if missing:
-        raise UsageError(f"{path}: checkpoint lacks {missing}; {fix}")
-    return state

@@ -16,7 +16,7 @@ from pbx.envs import DISTRIBUTION_MODES
 from pbx.errors import UsageError
 from pbx.members.base import MemberSettings
 from pbx.members.update import VALUE_LOSSES
-from pbx.space import Categorical, Continuous, Space
+from pbx.space import Categorical, Continuous, Integer, Space
 
 INTEGER_HYPERPARAMETERS = ("n_epochs", "batch_size", "n_steps")
 _TIED = ("{} has no effect with value_loss: reference, which clips the value with clip_range as the "
@@ -158,6 +158,30 @@ class PPOSettings(MemberSettings):
             raise UsageError(f"PPO has no hyperparameter {', '.join(map(repr, unknown))} to search over; "
                              f"it can change {', '.join(cls.hyperparameters)} while training "
                              f"(n_envs sizes the vector env: set it with -m instead)")
+
+    def check_space(self, space: Space) -> None:
+        """Raise :class:`UsageError` for a search space these settings cannot train with: a hyperparameter they
+        do not use, a bound or choice outside its domain, an integer as a continuous range, a minibatch size
+        that divides no rollout (:func:`check_rollouts`)."""
+        self.check_searched(space.names)
+        for name, param in space.params.items():
+            if isinstance(param, Continuous):
+                if name in INTEGER_HYPERPARAMETERS and not isinstance(param, Integer):
+                    raise UsageError(f"{name} is an integer: make it {{type: integer, low: ..., high: ...}} or "
+                                     f"categorical in the search space")
+                values: tuple[Any, ...] = (param.clip(param.low), param.clip(param.high))  # ints for Integer
+            else:
+                values = param.choices
+            for value in values:
+                try:
+                    self.check(name, value)
+                except UsageError as err:
+                    raise UsageError(f"search space: {err}") from None
+        try:
+            check_rollouts(space, self)
+        except UsageError as err:
+            raise UsageError(f"search space: {err}" if {"n_steps", "batch_size"} & set(space.names) else str(err)) \
+                from None
 
     def check_searched(self, names: list[str]) -> None:
         """:meth:`check_names`, and raise :class:`UsageError` for a hyperparameter these settings do not use."""

@@ -335,7 +335,9 @@ class PB2(PBT):
         new = space.from_unit(best, new)
         info = gp.info() | plan.info | {"pending": float(len(pending)), "ucb": float(values[0]),
                                         "ucb_donor": float(values[1])}
-        return new, ops + [f"{name} -> {new[name]:.3g} (PB2)" for name in space.continuous], info
+        # an integer's pick is shown whole: 1.23e+03 would not say which rollout length it is
+        return new, ops + [f"{name} -> {new[name]:.3g} (PB2)" if isinstance(new[name], float)
+                           else f"{name} -> {new[name]} (PB2)" for name in space.continuous], info
 
 
 def _key(space: Space, config: Config) -> tuple:

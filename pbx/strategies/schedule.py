@@ -26,7 +26,7 @@ import numpy as np
 
 from pbx.errors import UsageError
 from pbx.history import History
-from pbx.space import Categorical, Config, Space
+from pbx.space import Categorical, Config, Integer, Space
 from pbx.strategies.base import Decision, Strategy, StrategySettings
 
 
@@ -79,7 +79,8 @@ class Schedule(Strategy):
                     ok = value in param.choices
                 else:
                     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
-                        and param.low <= value <= param.high
+                        and param.low <= value <= param.high \
+                        and (not isinstance(param, Integer) or float(value).is_integer())
                 if not ok:
                     raise UsageError(f"{where}: {name}={value!r} is outside the search space ({param})")
 
