@@ -26,9 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # pbx first: it silences the banner that importing SB3 would print (see pbx.envs).
 from pbx.envs import make_env  # isort: skip
 from bench_mpi import throughput  # noqa: E402
-from bench_overhead import Row, alternate  # noqa: E402
+from bench_overhead import Row, train_side_by_side  # noqa: E402
 from stable_baselines3 import PPO  # noqa: E402
-from stable_baselines3.common.logger import Logger  # noqa: E402
 from stable_baselines3.common.vec_env import VecNormalize  # noqa: E402
 
 from pbx.members.base import MemberContext  # noqa: E402
@@ -54,18 +53,8 @@ def member_vs_sb3(repeats: int) -> Row:
                 batch_size=s.batch_size, n_epochs=s.n_epochs, gamma=s.gamma, gae_lambda=CONFIG["gae_lambda"],
                 clip_range=CONFIG["clip_range"], ent_coef=s.ent_coef, vf_coef=s.vf_coef,
                 max_grad_norm=s.max_grad_norm, policy_kwargs={"net_arch": [32, 32]}, device="cpu", seed=0)
-    plain.set_logger(Logger(folder=None, output_formats=[]))
     torch.set_num_threads(1)  # as the member does for an MLP
-
-    def ours() -> int:
-        member.train(steps)
-        return steps
-
-    def baseline() -> int:
-        plain.learn(steps, reset_num_timesteps=False)
-        return steps
-
-    return alternate("(a) PPOMember.train / SB3 PPO.learn", ours, baseline, repeats, 0.95)
+    return train_side_by_side(member, plain, steps, repeats)
 
 
 def main() -> None:

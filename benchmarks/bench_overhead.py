@@ -113,6 +113,11 @@ def member_vs_sb3(repeats: int) -> Row:
                 batch_size=s.batch_size, n_epochs=s.n_epochs, gamma=s.gamma, gae_lambda=s.gae_lambda,
                 clip_range=CONFIG["clip_range"], clip_range_vf=s.clip_range_vf, ent_coef=CONFIG["ent_coef"],
                 vf_coef=s.vf_coef, max_grad_norm=s.max_grad_norm, device="cpu", seed=0)
+    return train_side_by_side(member, plain, steps, repeats)
+
+
+def train_side_by_side(member: PPOMember, plain: PPO, steps: int, repeats: int) -> Row:
+    """``member.train(steps)`` against ``plain.learn(steps)`` (:func:`alternate`); target >= 0.95."""
     # As the member does: without a logger of its own, SB3 makes a temp folder per learn() call.
     plain.set_logger(Logger(folder=None, output_formats=[]))
 
