@@ -13,8 +13,6 @@ it stored.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import subprocess
 from pathlib import Path
 from typing import Any, Mapping
@@ -85,12 +83,6 @@ def fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:
     :data:`IRRELEVANT`; the ``pbx`` section (version, commit) counts. A config written before pbx
     recorded itself has no ``pbx.*`` keys, and so differs from any that does."""
     return {k: v for k, v in flatten(config).items() if k not in IRRELEVANT}
-
-
-def digest(config: Mapping[str, Any]) -> str:
-    """A short stable hash of :func:`fingerprint` (12 hex digits), for a label or a log line."""
-    text = json.dumps(fingerprint(config), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def differing_keys(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:

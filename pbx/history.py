@@ -4,7 +4,8 @@ Row ``(m, r)`` describes member ``m``'s training in round ``r``:
 
 - ``steps``: the member's cumulative env steps at the end of the round;
 - ``wall_s``: seconds since the run started, when the round ended;
-- ``score`` / ``test_score``: train and held-out score at the end of the round
+- ``score`` / ``test_score``: train and held-out score at the end of the round (no test score for
+  members whose scores are not results: FIRE's parent sub-populations and evaluators)
   (``NaN`` when unknown, see the NaN policy in :mod:`pbx.strategies.selection`);
 - one column per hyperparameter: the config used *during* the round;
 - ``parent``: the member whose state ``m`` started the round from (``m`` itself

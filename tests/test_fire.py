@@ -88,6 +88,24 @@ def test_an_evaluator_that_beats_the_child_hands_it_its_weights() -> None:
     assert decisions[5].ops == ("FIRE: stop, child or parent replaced", "FIRE: idle, copies P1's best")
 
 
+def test_a_parent_member_with_a_nan_score_is_replaced_and_never_evaluated() -> None:
+    rounds = 12
+    curves = {0: [float(r) for r in range(rounds)], 1: [r / 2 for r in range(rounds)], 2: [0.0] * rounds,
+              # member 3 diverged in the last round, though its evaluator (5) improves faster than member 2's (4)
+              3: [0.0] * (rounds - 1) + [float("nan")],
+              4: [0.0] * 8 + [1.0] * 4, 5: [0.0] * 8 + [9.0, 10.0, 11.0, 12.0]}
+    decisions = _fire().decide(_history(curves, {4: (8, 2), 5: (8, 3)}), SPACE, np.random.default_rng(0))
+    assert (decisions[3].donor, decisions[3].explored) == (2, True) and "fitness" not in decisions[3].info
+    assert decisions[2].donor == 2  # the member with a finite fitness is the donor, never the recipient
+    assert not any("evaluate m3" in op for d in decisions for op in d.ops)
+
+
+def test_only_members_whose_scores_are_results_run_test_episodes(tmp_path: Path) -> None:
+    frame = run_toy(tmp_path, env="toy-deceptive", search="FIRE", pop_size=6, t_ready=20, max_budget=100).frame
+    results = frame["role"] == "pop1"
+    assert frame.loc[results, "test_score"].notna().all() and frame.loc[~results, "test_score"].isna().all()
+
+
 def test_the_deceptive_toy_rewards_the_slow_schedule() -> None:
     def final(schedule) -> float:
         member = DeceptiveToyMember(MemberContext("toy-deceptive", 0, 0), DeceptiveToySettings(init="space"),

@@ -13,6 +13,7 @@ from typing import Callable, Mapping, Sequence
 
 from pbx.config import RunConfig
 from pbx.errors import UsageError
+from pbx.history import RESULT_ROLE
 from pbx.members import Diverged, Member, MemberContext
 from pbx.run_dir import RunDir
 from pbx.runners.common import finite_or_nan, member_seed
@@ -35,6 +36,8 @@ class LocalExecutor(Executor):
         self.indices = list(range(cfg.run.pop_size)) if indices is None else list(indices)
         self.local_rank = local_rank
         self.members: dict[int, Member] = {}
+        self.tested = {i for i, role in enumerate(cfg.roles()) if role == RESULT_ROLE}
+        """The members whose test score is a result (FIRE's parent sub-populations and evaluators' never is)."""
         self.current: int | None = None
         """The member being built, trained, saved or loaded (an error names it)."""
 
@@ -83,7 +86,8 @@ class LocalExecutor(Executor):
             # The member put its last good learner state back; a NaN score gets it replaced by a donor.
             score, note = float("nan"), f"diverged ({err})"
         advance(member.steps - before)
-        test_score = finite_or_nan(member.evaluate(test_seed)) if test_seed is not None else float("nan")
+        due = test_seed is not None and i in self.tested
+        test_score = finite_or_nan(member.evaluate(test_seed)) if due else float("nan")
         member.save(self.run_dir.checkpoint(i, round_))
         return Trained(member=i, steps=member.steps, score=score, test_score=test_score, config=member.config,
                        note=note)

@@ -26,8 +26,9 @@ least 3 intervals, p = 0.01, and a curve that starts anew at every exploit. Wher
 pbx departs: a curve holds one point per round (the member's score), not one per
 step; curves are smoothed by a Gaussian kernel over ``smoothing`` rounds (0, the
 default, compares them raw, as PBT-Zoo's near-interpolating GP does); NaN scores
-are left out of curves; a member just replaced in P2 is not evaluated in the same
-round; and an evaluator with no member to evaluate copies the best member of P1
+are left out of curves; a member of P2 (P3, ...) whose own score is NaN has no fitness, is
+replaced and is not evaluated (the NaN policy of every strategy, :mod:`pbx.strategies.selection`); a member
+just replaced in P2 is not evaluated in the same round; and an evaluator with no member to evaluate copies the best member of P1
 until one is free. Explore is PBT's (:mod:`pbx.strategies.pbt`).
 
 Everything FIRE knows is in the history (a pure ``decide``): the roles say who
@@ -151,7 +152,11 @@ class FIRE(PBT):
             judged = {ev.parent: e for e, ev in ongoing.items() if roles[ev.parent] == role}
             for p, e in judged.items():
                 fitness[p] = sum(self._score_diff(curves[e], curves[q]) for o, q in judged.items() if o != p)
-            rows = in_pop[role][in_pop[role]["member"].isin(list(judged))]
+            # The NaN policy every strategy follows: a member whose own score is NaN (diverged, or weights that
+            # never finished an episode) has no fitness, is never a donor and is replaced while a donor exists.
+            failed = in_pop[role][~np.isfinite(in_pop[role]["score"].to_numpy(dtype=float))]
+            fitness.update(dict.fromkeys(map(int, failed["member"]), float("nan")))
+            rows = in_pop[role][in_pop[role]["member"].isin(list(fitness))]
             pairs.update(self.exploit(rows, np.array([fitness[int(m)] for m in rows["member"]]), rng))
 
         wins, ended = self._verdicts(ongoing, curves, table, pairs, history)
@@ -201,7 +206,9 @@ class FIRE(PBT):
         if not self.selection.rules.ready(history.latest()["steps"].to_numpy()):
             return {}
         busy = {ev.parent for e, ev in ongoing.items() if e not in ended}
-        free = [int(m) for m in np.flatnonzero(np.isin(roles, pops[1:])) if m not in busy and m not in pairs]
+        # A member with a NaN score has no weights worth evaluating: it waits to be replaced.
+        free = [int(m) for m in np.flatnonzero(np.isin(roles, pops[1:]))
+                if m not in busy and m not in pairs and np.isfinite(table.score[table.last, m])]
         free.sort(key=table.waiting)
         latest = history.latest().set_index("member")
         configs = {int(m): history.config_of(latest.loc[m]) for m in latest.index}
@@ -278,7 +285,8 @@ def _overlap(mine: np.ndarray, theirs: np.ndarray) -> tuple[int, int, int] | Non
 
 def _with_fitness(decision: Decision, fitness: dict[int, float]) -> Decision:
     """``decision`` with the member's fitness (P2, ...) among its reasons, when it changes the member."""
-    if decision.member not in fitness or not (decision.copies or decision.explored):
+    if decision.member not in fitness or not (decision.copies or decision.explored) \
+            or not np.isfinite(fitness[decision.member]):
         return decision
     return Decision(decision.member, decision.donor, decision.config, decision.ops, decision.explored,
                     {**decision.info, "fitness": fitness[decision.member]})
