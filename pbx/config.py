@@ -214,7 +214,7 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
             elif key == PROVENANCE:
                 if not isinstance(value, Mapping):
                     raise UsageError(f"config section {key!r} (the pbx that started the run) must be a mapping of "
-                                     f"version and commit, got {value!r}")
+                                     f"version, commit and code, got {value!r}")
             else:
                 flat[key] = value
                 member_input[key.removeprefix("member.")] = (value, False)

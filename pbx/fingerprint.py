@@ -3,9 +3,13 @@
 Statistics over seeds pool runs under one label; they mean something only when
 those runs differ in nothing but the seed. A run's fingerprint is its resolved
 config (``config.yaml``: run, strategy, member and the space in full) less the
-settings that cannot change a result, :data:`IRRELEVANT`, plus the pbx that
-trained it (:func:`provenance`: the version and, when pbx runs from a git
-checkout, the commit). ``pbx.report`` pools runs only when their fingerprints
+settings that cannot change a result, :data:`IRRELEVANT`, plus the code that
+trained it (:func:`provenance`: the version and a hash of the package's files,
+:func:`code_hash`, with the hash of every other pbx that continued the run after a
+resume). The git commit is recorded for the reader, not compared: two commits
+that changed only docs train alike and pool, while an uncommitted edit or a new
+untracked module changes the hash and never pools with the code it changed. A
+record from before the hash (version and commit only) is compared on its commit. ``pbx.report`` pools runs only when their fingerprints
 agree, and a sweep refuses a rerun whose fresh resolution differs from the one
 it stored.
 """
@@ -13,6 +17,7 @@ it stored.
 from __future__ import annotations
 
 import functools
+import hashlib
 import subprocess
 from pathlib import Path
 from typing import Any, Mapping
@@ -20,7 +25,9 @@ from typing import Any, Mapping
 import pbx
 
 PROVENANCE = "pbx"
-"""The ``config.yaml`` section that records which pbx trained the run (``version``, ``commit``)."""
+"""The ``config.yaml`` section that records which pbx trained the run (``version``, ``commit``, ``code``, and
+``continued``: the code of each other pbx that trained rounds of it after a resume)."""
+CONTINUED = "continued"
 
 IRRELEVANT = frozenset({
     "run.seed", "run.name", "run.device", "run.runner", "run.comm",
@@ -33,9 +40,30 @@ written, and how it is executed."""
 
 @functools.cache
 def provenance() -> dict[str, str | None]:
-    """The pbx that is running: its version, and the git commit when the package lies in a git checkout
-    (``+dirty`` when the package's tracked files differ from it); None from a plain install."""
-    return {"version": pbx.__version__, "commit": _commit(Path(pbx.__file__).resolve().parent)}
+    """The pbx that is running: its version, the git commit when the package lies in a git checkout (``+dirty``
+    when the package's tracked files differ from it; None from a plain install) and the hash of its code."""
+    package = Path(pbx.__file__).resolve().parent
+    return {"version": pbx.__version__, "commit": _commit(package), "code": code_hash(package)}
+
+
+def code_hash(package: Path) -> str:
+    """A hash of the code that trains: every file under ``package`` (its modules and the search spaces it
+    ships), path and content, committed or not, tracked or not; compiled caches left out. 16 hex digits."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                       and p.suffix not in (".pyc", ".pyo")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def continued(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``record`` (a run's stored ``pbx`` section) with the running pbx's code added to the codes that trained
+    the run, when it is another code: a resume under other code keeps the record of the start and says so."""
+    if record is None or "code" not in record:
+        return None if record is None else dict(record)
+    trained = [record["code"], *record.get(CONTINUED, [])]
+    code = provenance()["code"]
+    return dict(record) if code in trained[-1:] else {**record, CONTINUED: [*record.get(CONTINUED, []), code]}
 
 
 def _commit(package: Path) -> str | None:
@@ -80,9 +108,12 @@ def changed_keys(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 def fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:
     """A resolved config's (a ``config.yaml``'s) fingerprint: dotted keys -> values, without
-    :data:`IRRELEVANT`; the ``pbx`` section (version, commit) counts. A config written before pbx
-    recorded itself has no ``pbx.*`` keys, and so differs from any that does."""
-    return {k: v for k, v in flatten(config).items() if k not in IRRELEVANT}
+    :data:`IRRELEVANT`; the ``pbx`` section counts by its code hashes (by its commit where it has no hash). A
+    config written before pbx recorded itself has no ``pbx.*`` keys, and so differs from any that does."""
+    flat = {k: v for k, v in flatten(config).items() if k not in IRRELEVANT}
+    if f"{PROVENANCE}.code" in flat:
+        flat.pop(f"{PROVENANCE}.commit", None)
+    return flat
 
 
 def differing_keys(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pbx.config import RunConfig, RunSettings, load_yaml, parse_override, resolve
 from pbx.errors import ArgumentParser, UsageError, command_parser
-from pbx.fingerprint import PROVENANCE, provenance
+from pbx.fingerprint import PROVENANCE, continued, provenance
 from pbx.history import History, best_rows
 from pbx.run_dir import RunDir
 from pbx.runners.loop import RunFailed
@@ -267,9 +267,10 @@ def _resume(args: argparse.Namespace, flags: dict[str, object],
     stored = load_yaml(run_dir.config)
     old = resolve([stored])
     cfg = resolve([stored, {"run": flags}], args.overrides)
-    # The record of the pbx that started the run stays (a folder from before pbx recorded itself has none);
-    # the start line says when another one continues it.
-    old.provenance = cfg.provenance = stored.get(PROVENANCE)
+    # The record of the pbx that started the run stays (a folder from before pbx recorded itself has none), with
+    # the code of another pbx that continues it added to it; the start line says so.
+    old.provenance = stored.get(PROVENANCE)
+    cfg.provenance = continued(old.provenance)
     if cfg.run.max_budget is not None and old.run.max_budget is not None and cfg.run.max_budget < old.run.max_budget:
         raise UsageError(f"--resume may extend max_budget, not cut it: {cfg.run.max_budget:,} < "
                          f"{old.run.max_budget:,} (the run's)")
@@ -293,18 +294,30 @@ def _start_line(cfg: RunConfig, run_dir: RunDir, ranks: int = 1, resumed: bool =
     restart = cfg.member_cls.resume_note(run.env) if resumed else ""
     if restart:
         line += f"\nnote: {restart}"
-    if resumed and cfg.provenance != provenance():
+    if resumed and not _started_by_this_pbx(cfg.provenance):
         line += "\nnote: " + (f"this run was started by {_pbx(cfg.provenance)}" if cfg.provenance is not None else
                               "this run's config.yaml does not say which pbx started it (it predates the record)")
         line += (f"; it continues with {_pbx(provenance())}, which trains the rounds from here on (config.yaml "
-                 f"keeps its record of the start)")
+                 f"keeps its record of the start and lists each other code that trained rounds under "
+                 f"pbx.continued: the run pools only with runs trained by the same codes)")
     return line
 
 
+def _started_by_this_pbx(record: Mapping[str, Any] | None) -> bool:
+    """Whether the run's record says this very code started it (by its hash; by version and commit where the
+    record predates the hash)."""
+    if record is None:
+        return False
+    if "code" in record:
+        return record["code"] == provenance()["code"]
+    return (record.get("version"), record.get("commit")) == (provenance()["version"], provenance()["commit"])
+
+
 def _pbx(record: Mapping[str, Any]) -> str:
-    """``pbx 0.1.0 (commit abc...)``, or without the commit where there is none (a plain install)."""
-    commit = record.get("commit")
-    return f"pbx {record.get('version')}" + (f" (commit {commit})" if commit else "")
+    """``pbx 0.1.0 (code 1a2b..., commit abc...)``, less what the record lacks (a plain install has no commit, a
+    record from before code hashes no code)."""
+    parts = [f"{key} {record[key]}" for key in ("code", "commit") if record.get(key)]
+    return f"pbx {record.get('version')}" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def _summary(history: History, run_dir: RunDir) -> str:

@@ -192,12 +192,22 @@ def test_resume_keeps_the_record_of_the_pbx_that_started_the_run_and_says_when_a
     assert "note: this run was started by pbx 0.0.1 (commit abc123); it continues with pbx " in capsys.readouterr().out
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["pbx"] == {"version": "0.0.1", "commit": "abc123"} and config["run"]["max_budget"] == 16
+    config["pbx"] = {"version": "0.0.1", "commit": "abc123", "code": "0123456789abcdef"}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    assert main(["--resume", str(run_dir), "-m", "max_budget=18"]) == 0
+    assert "started by pbx 0.0.1 (code 0123456789abcdef, commit abc123)" in capsys.readouterr().out
+    # every code that trained rounds is recorded, once, and counts in the run's fingerprint
+    code = provenance()["code"]
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["pbx"]["continued"] == [code]
+    assert main(["--resume", str(run_dir), "-m", "max_budget=24"]) == 0
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["pbx"]["continued"] == [code] and config["run"]["max_budget"] == 24
     del config["pbx"]  # a folder from before pbx recorded itself
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    assert main(["--resume", str(run_dir), "-m", "max_budget=20"]) == 0
+    assert main(["--resume", str(run_dir), "-m", "max_budget=28"]) == 0
     assert "config.yaml does not say which pbx started it" in capsys.readouterr().out
     assert "pbx" not in yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert len(pd.read_csv(run_dir / "history.csv")) == 4 * 5
+    assert len(pd.read_csv(run_dir / "history.csv")) == 4 * 7
 
 
 def test_a_run_folder_in_use_is_locked(tmp_path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 import pbx
 from pbx.config import _route, load_yaml, resolve
 from pbx.errors import UsageError
-from pbx.fingerprint import differing_keys, provenance
+from pbx.fingerprint import code_hash, differing_keys, provenance
 from pbx.sweeps import load_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,5 +105,33 @@ def test_config_yaml_records_the_pbx_that_started_the_run_and_takes_it_back() ->
     assert resolve([other]).to_dict() == config  # a new run from another's record is this pbx's
     older = {k: v for k, v in config.items() if k != "pbx"}  # a folder from before the record
     assert resolve([older]).to_dict() == config
-    with pytest.raises(UsageError, match="config section 'pbx' .* must be a mapping of version and commit"):
+    with pytest.raises(UsageError, match="config section 'pbx' .* must be a mapping of version, commit and code"):
         resolve([{**config, "pbx": "0.1.0"}])
+
+
+def test_the_code_hash_covers_every_file_of_the_package_committed_or_not(tmp_path) -> None:
+    package = Path(pbx.__file__).resolve().parent
+    copy = tmp_path / "pbx"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert code_hash(copy) == code_hash(package) == provenance()["code"]
+    (copy / "__pycache__").mkdir(exist_ok=True)
+    (copy / "__pycache__" / "space.cpython-311.pyc").write_bytes(b"compiled")
+    assert code_hash(copy) == code_hash(package)  # caches are not code
+    (copy / "extra.py").write_text("X = 1\n")  # a new, untracked module
+    with_module = code_hash(copy)
+    (copy / "extra.py").unlink()
+    (copy / "space.py").write_text((copy / "space.py").read_text() + "\n# an uncommitted edit\n")
+    assert len({with_module, code_hash(copy), code_hash(package)}) == 3
+
+
+def test_runs_of_the_same_code_pool_and_runs_of_other_code_never_do() -> None:
+    config = resolve([{"run": {"env": "toy"}}]).to_dict()
+    record = config["pbx"]
+    docs_only = {**config, "pbx": {**record, "commit": "f" * 40}}  # another commit, the same pbx/ files
+    assert differing_keys(config, docs_only) == []
+    edited = {**config, "pbx": {**record, "code": "0" * 16}}
+    assert differing_keys(config, edited) == ["pbx.code"]
+    resumed = {**config, "pbx": {**record, "continued": ["1" * 16]}}  # rounds trained by other code
+    assert differing_keys(config, resumed) == ["pbx.continued"]
+    before = [{**config, "pbx": {"version": "0.1.0", "commit": c * 40}} for c in "ab"]  # records without a hash
+    assert differing_keys(*before) == ["pbx.commit"]
