@@ -31,6 +31,9 @@ CONTINUED = "continued"
 
 IRRELEVANT = frozenset({
     "run.seed", "run.name", "run.device", "run.runner", "run.comm",
+    # Deterministic GPU kernels change the bits of a run as the device does, not what it learns: like the
+    # device, how it ran.
+    "member.deterministic",
     # Where the space was read from; the space itself is part of the fingerprint in full.
     "run.space",
 })

@@ -135,3 +135,11 @@ def test_runs_of_the_same_code_pool_and_runs_of_other_code_never_do() -> None:
     assert differing_keys(config, resumed) == ["pbx.continued"]
     before = [{**config, "pbx": {"version": "0.1.0", "commit": c * 40}} for c in "ab"]  # records without a hash
     assert differing_keys(*before) == ["pbx.commit"]
+
+
+def test_how_a_run_ran_never_splits_a_pool() -> None:
+    cpu = resolve([{"run": {"env": "CartPole-v1", "device": "cpu"}}]).to_dict()
+    gpu = resolve([{"run": {"env": "CartPole-v1", "device": "auto"}, "member": {"deterministic": True}}]).to_dict()
+    assert differing_keys(cpu, gpu) == []
+    assert differing_keys(cpu, resolve([{"run": {"env": "CartPole-v1", "seed": 3}, "member": {"vf_coef": 0.4}}])
+                          .to_dict()) == ["member.vf_coef"]

@@ -172,7 +172,7 @@ def test_ranks_on_one_machine_take_gpus_round_robin(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
-    assert ppo._resolve_device("cuda", True, local_rank=3) == torch.device("cuda", 1)
-    assert ppo._resolve_device("auto", True, local_rank=2) == torch.device("cuda", 0)
-    assert ppo._resolve_device("auto", False, local_rank=3) == torch.device("cpu")  # MLP policies stay on the CPU
+    assert ppo.resolve_device("cuda", True, local_rank=3) == torch.device("cuda", 1)
+    assert ppo.resolve_device("auto", True, local_rank=2) == torch.device("cuda", 0)
+    assert ppo.resolve_device("auto", False, local_rank=3) == torch.device("cpu")  # MLP policies stay on the CPU
     assert chosen == [torch.device("cuda", 1), torch.device("cuda", 0)]

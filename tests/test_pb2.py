@@ -19,7 +19,7 @@ from pbx.strategies import acquisition, gp, pb2
 from pbx.strategies.kernels import TimeVaryingSE
 from pbx.strategies.acquisition import Acquisition, starts
 from pbx.strategies.gp import Posterior
-from pbx.strategies.intervals import intervals
+from pbx.strategies.observations import intervals
 from pbx.strategies.pb2 import PB2, PB2Settings
 from pbx.strategies.base import Pending, RoundContext, RunContext
 from pbx.strategies.categorical import CategoryBandits

@@ -21,7 +21,7 @@ import torch
 from pbx.config import SEARCH_SPACES, resolve
 from pbx.errors import UsageError
 from pbx.members.base import Diverged, MemberContext
-from pbx.members.ppo import LOCAL_RANKS_VARS, PPOMember, PPOSettings, _thread_budget
+from pbx.members.ppo import LOCAL_RANKS_VARS, PPOMember, PPOSettings, thread_budget
 from pbx.space import Categorical, Continuous, Space
 
 from conftest import tensorboard_tags
@@ -353,7 +353,7 @@ def test_a_resume_on_another_device_keeps_each_members_own_streams(tmp_path: Pat
     member = make_member(seed=3, env="CartPole-v1", config=CLASSIC_CONFIG)
     member.train(ROLLOUT)
     member.save(tmp_path / "cpu.pt")
-    monkeypatch.setattr(ppo, "_seeded_cuda_state", lambda seed: seed)  # the seed stands for the state
+    monkeypatch.setattr(ppo, "seeded_cuda_state", lambda seed: seed)  # the seed stands for the state
     streams = []
     for seed in (3, 4):
         on_gpu = make_member(seed=seed, env="CartPole-v1", config=CLASSIC_CONFIG)
@@ -627,8 +627,8 @@ def test_threads_are_shared_among_local_mpi_ranks(var: str, monkeypatch: pytest.
     cores = len(os.sched_getaffinity(0))
     for name in LOCAL_RANKS_VARS:
         monkeypatch.delenv(name, raising=False)
-    assert _thread_budget() == cores
+    assert thread_budget() == cores
     monkeypatch.setenv(var, "2")
-    assert _thread_budget() == max(1, cores // 2)
+    assert thread_budget() == max(1, cores // 2)
     monkeypatch.setenv(var, str(4 * cores))
-    assert _thread_budget() == 1
+    assert thread_budget() == 1

@@ -69,8 +69,17 @@ def test_sigma_rule_on_a_hand_made_population() -> None:
         make_selection("sigma", sigma_k=0.0)
 
 
-@pytest.mark.parametrize("rule", [Truncation(0.5, MARGIN), WinnerTakesAll(MARGIN), Sigma(0.5, MARGIN)],
-                         ids=lambda r: r.name)
+def test_sigma_copies_nothing_inside_the_replace_margin() -> None:
+    # member 3 (95) is the one below mean - k std; its leaders (104, 104.5) beat it by 9 and 9.5, not by more
+    # than 10% of 95: with the margin it stays, without it it copies
+    scores = np.array([100.0, 100.0, 100.0, 95.0, 104.0, 104.5])
+    assert Sigma(0.5).groups(scores) == ([4, 5], [3])
+    for seed in range(5):
+        assert Sigma(0.5, MARGIN).pairs(scores, np.random.default_rng(seed)) == {}
+        assert Sigma(0.5).pairs(scores, np.random.default_rng(seed)).keys() == {3}
+
+
+@pytest.mark.parametrize("rule", [Truncation(0.5, MARGIN), WinnerTakesAll(MARGIN)], ids=lambda r: r.name)
 def test_no_copy_inside_the_replace_margin(rule) -> None:
     # the best (10) beats member 0 (9.5) by 5% < 10% relative, and member 1 (9.9) by 0.1 < 0.2 absolute;
     # member 2 (4) is replaced; member 3 (-1) too (its relative gap is measured from |-1|)

@@ -40,7 +40,7 @@ from pbx.errors import UsageError
 from pbx.members.augment import AUGMENTATIONS
 from pbx.members.base import MemberContext
 from pbx.members.ppo import PPOMember
-from pbx.members.ppo_settings import PPOSettings, _finite_number
+from pbx.members.ppo_settings import PPOSettings, finite_number
 from pbx.members.update import Evaluate, PPOUpdate
 from pbx.space import Config
 
@@ -53,7 +53,7 @@ class DrACSettings(PPOSettings):
     domains: ClassVar[Mapping[str, tuple[Callable[[Any], bool], str]]] = {
         **PPOSettings.domains,
         "aug_type": (lambda v: v in AUGMENTATIONS, f"one of {', '.join(AUGMENTATIONS)}"),
-        "aug_coef": (lambda v: _finite_number(v) and v >= 0, "a number >= 0"),
+        "aug_coef": (lambda v: finite_number(v) and v >= 0, "a number >= 0"),
     }
 
     aug_type: str = "crop"

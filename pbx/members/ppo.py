@@ -44,8 +44,8 @@ from pbx.members.episodes import RoundEpisodes
 from pbx.members.impala import ImpalaPolicy
 from pbx.members.normalize import Normalizer
 from pbx.members.ppo_settings import INTEGER_HYPERPARAMETERS, PPOSettings, fit_rollout
-from pbx.members.process import (LOCAL_RANKS_VARS, _check_device, _deterministic_torch, _resolve_device,  # noqa: F401
-                                 _rng_state, _seeded_cuda_state, _set_rng_state, _thread_budget)
+from pbx.members.process import (LOCAL_RANKS_VARS, check_device, deterministic_torch, resolve_device,  # noqa: F401
+                                 rng_state, seeded_cuda_state, set_rng_state, thread_budget)
 from pbx.members.update import PPOUpdate
 from pbx.rollout import Played, Watcher, play
 from pbx.space import Config, Space
@@ -113,7 +113,7 @@ class PPOMember(Member):
         if not isinstance(settings, cls.settings_cls):
             raise UsageError(f"{cls.__name__} needs {cls.settings_cls.__name__}, got {type(settings).__name__}")
         settings.check_space(space)
-        _check_device(device)
+        check_device(device)
 
     @classmethod
     def feasible(cls, config: Config, settings: MemberSettings, space: Space) -> tuple[Config, list[str]]:
@@ -125,8 +125,8 @@ class PPOMember(Member):
     def __init__(self, context: MemberContext, settings: PPOSettings, config: Config) -> None:
         super().__init__(context, settings, config)
         if settings.deterministic:
-            _deterministic_torch()
-        threads = _thread_budget()
+            deterministic_torch()
+        threads = thread_budget()
         # Handing steps to worker threads costs more than it saves on a core or two
         # (bigfish, 64 envs, 2 cores: 55k steps/s in the calling thread, 36k with 2 threads).
         self._env_threads = threads if threads > 2 else 0
@@ -141,10 +141,10 @@ class PPOMember(Member):
         # CartPole PPO trained 8,192 steps in 11.4 s with one torch thread and 176 s with two
         # (OpenMP threads spin waiting for each other). CNNs keep the core budget.
         torch.set_num_threads(threads if image else 1)
-        self.device = _resolve_device(context.device, image, context.local_rank)
+        self.device = resolve_device(context.device, image, context.local_rank)
         self._cuda = self.device.type == "cuda"
         self._norm = Normalizer(venv, norm_obs=settings.normalize_obs, norm_reward=settings.normalize_reward)
-        self._rng = _rng_state(self._cuda)
+        self._rng = rng_state(self._cuda)
         with self._own_rng():
             torch.manual_seed(context.seed)
             np.random.seed(context.seed % 2**32)
@@ -178,13 +178,13 @@ class PPOMember(Member):
     @contextmanager
     def _own_rng(self) -> Iterator[None]:
         """Run with this member's RNG states in the global RNGs; leave the caller's as they were."""
-        outer = _rng_state(self._cuda)
-        _set_rng_state(self._rng)
+        outer = rng_state(self._cuda)
+        set_rng_state(self._rng)
         try:
             yield
         finally:
-            self._rng = _rng_state(self._cuda)
-            _set_rng_state(outer)
+            self._rng = rng_state(self._cuda)
+            set_rng_state(outer)
 
     @property
     def config(self) -> Config:
@@ -439,7 +439,7 @@ class PPOMember(Member):
         if not self._cuda:
             self._rng["cuda"] = None
         elif self._rng["cuda"] is None:
-            self._rng["cuda"] = _seeded_cuda_state(int(np.random.SeedSequence(
+            self._rng["cuda"] = seeded_cuda_state(int(np.random.SeedSequence(
                 self.context.seed, spawn_key=(2, self.steps)).generate_state(1, np.uint64)[0]))
 
     def _restart_episodes(self) -> None:

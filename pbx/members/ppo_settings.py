@@ -31,7 +31,7 @@ def _non_negative_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def _finite_number(v: Any) -> bool:
+def finite_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -40,14 +40,14 @@ _DOMAINS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "n_steps": (_positive_int, "a positive integer"),
     "batch_size": (lambda v: _positive_int(v) and v > 1, "an integer above 1"),
     "n_epochs": (_positive_int, "a positive integer"),
-    "gamma": (lambda v: _finite_number(v) and 0 < v <= 1, "in (0, 1]"),
-    "gae_lambda": (lambda v: _finite_number(v) and 0 <= v <= 1, "in [0, 1]"),
-    "learning_rate": (lambda v: _finite_number(v) and v > 0, "a number above 0"),
-    "ent_coef": (lambda v: _finite_number(v) and v >= 0, "a number >= 0"),
-    "clip_range": (lambda v: _finite_number(v) and v > 0, "a number above 0"),
-    "clip_range_vf": (lambda v: v is None or (_finite_number(v) and v > 0), "a number above 0 or None"),
-    "vf_coef": (lambda v: _finite_number(v) and v >= 0, "a number >= 0"),
-    "max_grad_norm": (lambda v: _finite_number(v) and v > 0, "a number above 0"),
+    "gamma": (lambda v: finite_number(v) and 0 < v <= 1, "in (0, 1]"),
+    "gae_lambda": (lambda v: finite_number(v) and 0 <= v <= 1, "in [0, 1]"),
+    "learning_rate": (lambda v: finite_number(v) and v > 0, "a number above 0"),
+    "ent_coef": (lambda v: finite_number(v) and v >= 0, "a number >= 0"),
+    "clip_range": (lambda v: finite_number(v) and v > 0, "a number above 0"),
+    "clip_range_vf": (lambda v: v is None or (finite_number(v) and v > 0), "a number above 0 or None"),
+    "vf_coef": (lambda v: finite_number(v) and v >= 0, "a number >= 0"),
+    "max_grad_norm": (lambda v: finite_number(v) and v > 0, "a number above 0"),
     "normalize_reward": (lambda v: isinstance(v, bool), "true or false"),
     "normalize_obs": (lambda v: isinstance(v, bool), "true or false"),
     "net_arch": (lambda v: v is None or (isinstance(v, list) and len(v) > 0 and all(_positive_int(n) for n in v)),

@@ -22,7 +22,7 @@ from pbx.errors import UsageError
 LOCAL_RANKS_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE",
                     "SLURM_NTASKS_PER_NODE", "PMI_SIZE")
 
-def _thread_budget() -> int:
+def thread_budget() -> int:
     """Cores this process may use: all of them, shared evenly among the MPI ranks on this machine."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     for var in LOCAL_RANKS_VARS:
@@ -32,19 +32,19 @@ def _thread_budget() -> int:
     return cores
 
 
-def _rng_state(cuda: bool) -> dict[str, Any]:
+def rng_state(cuda: bool) -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if cuda else None,
             "numpy": np.random.get_state(), "random": random.getstate()}
 
 
-def _seeded_cuda_state(seed: int) -> torch.Tensor:
+def seeded_cuda_state(seed: int) -> torch.Tensor:
     """The state of the current GPU's generator seeded with ``seed``; the generator itself is left as it was."""
     with torch.random.fork_rng(devices=[torch.cuda.current_device()]):
         torch.cuda.manual_seed(seed)
         return torch.cuda.get_rng_state()
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if state["cuda"] is not None:
         torch.cuda.set_rng_state(state["cuda"])
@@ -52,7 +52,7 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["random"])
 
 
-def _deterministic_torch() -> None:
+def deterministic_torch() -> None:
     """Deterministic kernels everywhere (cuDNN, cuBLAS); CUBLAS_WORKSPACE_CONFIG must precede CUDA's start."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
@@ -60,21 +60,21 @@ def _deterministic_torch() -> None:
     torch.backends.cudnn.benchmark = False
 
 
-def _check_device(device: str) -> None:
+def check_device(device: str) -> None:
     if device not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--device must be auto, cpu or cuda, got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda but no CUDA GPU is available; use --device cpu or auto")
 
 
-def _resolve_device(device: str, image: bool, local_rank: int = 0) -> torch.device:
+def resolve_device(device: str, image: bool, local_rank: int = 0) -> torch.device:
     """``auto``: the GPU for CNN policies; MLP policies stay on the CPU, where SB3 runs them faster.
 
     With several processes on a machine (MPI ranks), process ``local_rank`` takes GPU
     ``local_rank`` modulo the GPU count, and makes it the current device, so that
     ``cuda`` tensors, CUDA random states and cuDNN settings all mean that one GPU.
     """
-    _check_device(device)
+    check_device(device)
     if device == "auto":
         device = "cuda" if image and torch.cuda.is_available() else "cpu"
     if device == "cpu":

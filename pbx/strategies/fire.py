@@ -137,7 +137,7 @@ class FIRE(PBT):
                              "RunConfig.build_strategy() or pass context=")
         latest = history.latest()
         roles = np.array(self.context.roles)
-        table = Table(history, roles)
+        table = Rounds(history, roles)
         evaluators = [int(m) for m in np.flatnonzero(roles == EVALUATOR_ROLE)]
         pops = sorted(set(self.context.roles) - {EVALUATOR_ROLE}, key=lambda role: int(role[3:]))
         ongoing = {e: table.evaluation(e) for e in evaluators}
@@ -165,7 +165,7 @@ class FIRE(PBT):
         decisions = self.decisions(history, space, pairs, rng, fixed)
         return [_with_fitness(d, fitness) for d in decisions]
 
-    def _verdicts(self, ongoing: dict[int, Evaluation], curves: dict[int, list[float]], table: Table,
+    def _verdicts(self, ongoing: dict[int, Evaluation], curves: dict[int, list[float]], table: Rounds,
                   pairs: dict[int, int], history: History) -> tuple[dict[int, Decision], dict[int, Ended]]:
         """The evaluations that end now: ``{child: copy the winning evaluator}``, and why each evaluator that
         ends does (a win, a stop), for :meth:`_assign` to give it its next task."""
@@ -200,7 +200,7 @@ class FIRE(PBT):
         return copies, ended
 
     def _assign(self, ended: dict[int, Ended], ongoing: dict[int, Evaluation], pairs: dict[int, int],
-                pops: list[str], roles: np.ndarray, table: Table, history: History) -> dict[int, Decision]:
+                pops: list[str], roles: np.ndarray, table: Rounds, history: History) -> dict[int, Decision]:
         """A new task for each evaluator in ``ended`` (once every member is past burn-in): the free member of
         P2, P3, ... that has waited longest, with the config of the best member of the sub-population below."""
         if not self.selection.rules.ready(history.latest()["steps"].to_numpy()):
@@ -227,7 +227,7 @@ class FIRE(PBT):
         return assigned
 
     @staticmethod
-    def _best(role: str, roles: np.ndarray, table: Table) -> int:
+    def _best(role: str, roles: np.ndarray, table: Rounds) -> int:
         members = np.flatnonzero(roles == role)
         return int(members[rank_best_first(table.score[table.last, members])[0]])
 
@@ -292,7 +292,7 @@ def _with_fitness(decision: Decision, fitness: dict[int, float]) -> Decision:
                     {**decision.info, "fitness": fitness[decision.member]})
 
 
-class Table:
+class Rounds:
     """The history as (round, member) arrays, and what FIRE reads off them."""
 
     def __init__(self, history: History, roles: np.ndarray) -> None:

@@ -72,7 +72,7 @@ from pbx.strategies.acquisition import Acquisition, kappa, maximise, search_box
 from pbx.strategies.base import Decision, Explored, RoundContext
 from pbx.strategies.categorical import BANDITS, CAT_EXPS, EXP3_PLAYS, CategoryBandits, config_codes, fixed_values
 from pbx.strategies.gp import FALLBACK_NOISE, Posterior, Scale, fit_kernel, quiet, standardise
-from pbx.strategies.intervals import Intervals, intervals
+from pbx.strategies.observations import Intervals, intervals
 from pbx.strategies.pbt import PBT, PBTSettings, perturb
 
 logger = logging.getLogger(__name__)
