@@ -240,15 +240,15 @@ def procgen_run(folder: Path, env: str, search: str, seed: int, rounds: int = 3,
 
 @pytest.fixture(scope="module")
 def games_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One sweep folder over three ProcGen games x (none, PBT) x 2 seeds, env among the swept keys."""
+    """One sweep folder over three ProcGen games x (none, PBT) x 3 seeds, env among the swept keys."""
     root = tmp_path_factory.mktemp("games")
     variants = [{"name": f"{env}-{search}", "settings": {"env": env, "search": search}}
                 for env in GAMES for search in ("none", "PBT")]
     for variant in variants:
-        for seed in (0, 1):
+        for seed in (0, 1, 2):
             procgen_run(root / variant["name"] / f"seed{seed}", **variant["settings"], seed=seed)
     (root / "sweep.yaml").write_text(yaml.safe_dump({
-        "experiment": {"run": {"pop_size": 2, "t_ready": 512, "max_budget": 1536}}, "seeds": [0, 1],
+        "experiment": {"run": {"pop_size": 2, "t_ready": 512, "max_budget": 1536}}, "seeds": [0, 1, 2],
         "variants": variants, "baseline": "bigfish-none"}))
     return root
 
@@ -256,13 +256,13 @@ def games_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def normalised_final(sweep: Path, search: str, column: int) -> np.ndarray:
     """(seeds, games) of final scores read off history.csv, min-max normalised with train-procgen's ranges."""
     return np.array([[(final_score(sweep / f"{env}-{search}" / f"seed{seed}")[column] - EASY[env][0])
-                      / (EASY[env][1] - EASY[env][0]) for env in GAMES] for seed in (0, 1)])
+                      / (EASY[env][1] - EASY[env][0]) for env in GAMES] for seed in (0, 1, 2)])
 
 
 def test_games_table_equals_rliable_on_normalised_scores(games_sweep: Path) -> None:
     """python -m pbx.report over a sweep with env swept: strategies without the env, rliable's four aggregates
-    and the probability of improvement on normalised scores over 2 seeds x 3 games, a row per game, and the
-    caution that 2 runs per game cannot give a 95% interval its coverage."""
+    and the probability of improvement on normalised scores over 3 seeds x 3 games, a row per game, and the
+    caution that 3 runs per game cannot give a 95% interval its coverage."""
     done = subprocess.run([sys.executable, "-m", "pbx.report", str(games_sweep), "--reps", "200"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -274,18 +274,18 @@ def test_games_table_equals_rliable_on_normalised_scores(games_sweep: Path) -> N
         np.random.seed(stats.SEED)
         point, interval = rly.get_interval_estimates(
             {"x": scores}, lambda x: np.array([f(x) for f in aggregates]), reps=200)
-        expected = [cell(point["x"][i], *interval["x"][:, i], runs="2×3") for i in range(4)]
-        assert table_row(table, search)[1:6] == ["6", *expected]
+        expected = [cell(point["x"][i], *interval["x"][:, i], runs="3×3") for i in range(4)]
+        assert table_row(table, search)[1:6] == ["9", *expected]
     np.random.seed(stats.SEED)
     point, interval = rly.get_interval_estimates(
         {"x": (normalised_final(games_sweep, "PBT", 0), normalised_final(games_sweep, "none", 0))},
         metrics.probability_of_improvement, reps=200)
-    assert table_row(table, "PBT")[6] == cell(point["x"], *np.ravel(interval["x"]), runs="2×3")
+    assert table_row(table, "PBT")[6] == cell(point["x"], *np.ravel(interval["x"]), runs="3×3")
     assert table_row(table, "none")[6] == "baseline"
     per_game = table.split("## Per game: mean train score")[1]
     assert [table_row(per_game, env)[0] for env in GAMES] == list(GAMES)
     assert table_row(per_game, "game") == ["game", "none", "PBT"]  # budget 1536 steps: no published column
-    assert "Caution: some intervals here cover the truth less often" in table and "IQM from 2 runs" in table
+    assert "Caution: some intervals here cover the truth less often" in table and "IQM from 3 runs" in table
     assert "PPO, published" not in table
     for name in ("comparison.png", "intervals.png", "profile.png"):
         assert matplotlib.image.imread(games_sweep / "report" / name)[..., :3].std() > 0.05
@@ -312,3 +312,8 @@ def test_coverage_caution_names_the_cells_that_fall_short() -> None:
     line = stats.coverage_caution([("IQM", est(10)), ("IQM", est(5)), ("mean", est(12)), ("P", est(3))])
     assert line is not None and "\n" not in line
     assert "(IQM from 5 runs, mean from 3 runs, mean from 12 runs per game)" in line and "71%, 87%, 92%" in line
+
+
+def test_two_seeds_a_game_get_no_interval_however_many_games() -> None:
+    assert not stats.has_interval(np.zeros((2, 3))) and not stats.has_interval(np.zeros((2, 10)))
+    assert stats.has_interval(np.zeros((3, 1))) and stats.has_interval(np.zeros((3, 6)), np.zeros((4, 6)))

@@ -122,7 +122,7 @@ def _method_note(study: Study, score: str) -> str:
         "seed cannot move it much); mean: the plain mean. [95% CI]: the percentile interval of rliable's "
         f"stratified bootstrap, runs resampled within each game ({study.reps} resamples, seed {stats.SEED}, "
         f"so the same runs give the same interval).{improvement} (n=R): the cell rests on R runs (R×G: R runs "
-        f"on each of G games); with fewer than 2 runs per game or {stats.MIN_RUNS} scores in all a cell gets "
+        f"on each of G games); with fewer than {stats.MIN_RUNS} runs per game a cell gets "
         "its point estimate and no interval (`no CI`): a bootstrap over one or two seeds says nothing about "
         "the spread. n/a: no run has that score (no held-out test, as on the toy); `n=m of R`: only m of R "
         "runs have it, the others are left out.")
