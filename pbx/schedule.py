@@ -115,8 +115,14 @@ def schedule(rows: pd.DataFrame, history: History) -> list[dict[str, Any]]:
 
 def _check_steps(rows: pd.DataFrame, cfg: RunConfig, source: Path) -> None:
     """The lineage's steps must be the run's round boundaries: the replay, with the same ``t_ready``, switches
-    configs at its own boundaries."""
-    expected = np.cumsum([cfg.trained_steps(r) for r in range(len(rows))])
+    configs at its own boundaries. Each round ends where a member with the round's config ends it (a member
+    trains to the round's planned end, in whole rollouts of its own length where a search changes it), so the
+    boundaries follow from the configs along the lineage."""
+    history = History(cfg.space.names)
+    expected, done = [], 0
+    for r, (_, row) in enumerate(rows.iterrows()):
+        done += cfg.member_cls.steps_trained(cfg.member, history.config_of(row), max(cfg.round_end(r) - done, 1))
+        expected.append(done)
     found = rows["steps"].to_numpy()
     wrong = np.flatnonzero(found != expected)
     if len(wrong):

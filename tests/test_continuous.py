@@ -18,6 +18,7 @@ from pbx.history import read_csv
 from pbx.members.base import MemberContext
 from pbx.members.ppo import PPOMember
 from pbx.members.ppo_settings import PPOSettings, fit_rollout
+from pbx.schedule import lineage
 from pbx.space import Integer, Space
 
 from conftest import ROOT, kill_after, start_train
@@ -123,6 +124,22 @@ def test_a_killed_hopper_run_with_a_changing_rollout_resumes_to_the_uninterrupte
     assert set(expected["n_steps"] * 2 % 32) == {0}
     strategy = pd.read_csv(tmp_path / "whole" / "strategy.csv")
     assert strategy["ops"].str.contains("n_steps").any()
+
+
+def test_a_replay_follows_a_lineage_whose_rollout_length_changed(tmp_path) -> None:
+    args = ["--env", "Pendulum-v1", "--search", "PBT", "--batchsize", "2", "--t_ready", "100", "--max_budget", "400",
+            "--space", _space_file(tmp_path, ROLLOUT_SPACE), *SMALL]
+    done = subprocess.run([sys.executable, "-m", "pbx.train", *args, "--run-dir", str(tmp_path / "run")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    replay = subprocess.run([sys.executable, "-m", "pbx.replay", str(tmp_path / "run"), "--member", "0", "--run-dir",
+                             str(tmp_path / "replay")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert replay.returncode == 0, replay.stderr
+    original = lineage(read_csv(tmp_path / "run" / "history.csv"), 0)
+    replayed = read_csv(tmp_path / "replay" / "history.csv")
+    assert original["steps"].tolist() != [100, 200, 300, 400]  # whole rollouts of each round's length, off the plan
+    assert replayed["steps"].tolist() == original["steps"].tolist()  # the same boundaries, the same configs
+    assert replayed["n_steps"].tolist() == original["n_steps"].tolist()
 
 
 def test_a_killed_bipedalwalker_pb2_run_restarts_its_episodes_and_completes(tmp_path) -> None:

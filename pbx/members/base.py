@@ -98,6 +98,12 @@ class Member(ABC):
         return steps
 
     @classmethod
+    def steps_trained(cls, settings: MemberSettings, config: Config, steps: int) -> int:
+        """The env steps :meth:`train` really trains when asked for ``steps`` with ``config`` (PPO: whole
+        rollouts of the config's length); a replay checks a lineage's step counts with it."""
+        return steps
+
+    @classmethod
     def feasible(cls, config: Config, settings: MemberSettings, space: Space) -> tuple[Config, list[str]]:
         """``config`` moved to the nearest one this member can train, and what was moved (decision operations).
 

@@ -239,6 +239,14 @@ class PPOMember(Member):
         rollout = settings.n_envs * settings.n_steps
         return max(1, round(steps / rollout)) * rollout
 
+    @classmethod
+    def steps_trained(cls, settings: MemberSettings, config: Config, steps: int) -> int:
+        """Whole rollouts of the config's length (the settings' where the space does not search it), the number
+        nearest ``steps`` and at least one."""
+        assert isinstance(settings, PPOSettings)
+        rollout = settings.n_envs * int(config.get("n_steps", settings.n_steps))
+        return max(1, round(steps / rollout)) * rollout
+
     def train(self, steps: int) -> float:
         """Train the whole rollouts of the current length nearest to ``steps`` env steps (at least one).
 
@@ -252,8 +260,7 @@ class PPOMember(Member):
         """
         if steps <= 0:
             raise UsageError(f"steps to train must be positive, got {steps}")
-        rollout = self.settings.n_envs * self.model.n_steps
-        total = max(1, round(steps / rollout)) * rollout
+        total = self.steps_trained(self.settings, self._config, steps)
         episodes = RoundEpisodes(self.model._last_episode_starts)
         good = self._learner_state()
         with self._own_rng():
