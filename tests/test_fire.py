@@ -100,6 +100,24 @@ def test_a_parent_member_with_a_nan_score_is_replaced_and_never_evaluated() -> N
     assert not any("evaluate m3" in op for d in decisions for op in d.ops)
 
 
+def test_a_child_is_never_a_member_being_replaced_that_round() -> None:
+    roles = ("pop1", "pop1", "pop2", "pop2", "pop3", "pop3", "eval", "eval", "eval")
+    curves = {0: [0, 5, 10, 20, 30, 40], 1: [0, 1, 2, 3, 4, 5], 4: [0] * 6, 5: [0] * 6, 8: [0] * 6,
+              # P2: member 2 scores best but its evaluator (6) improves slower than member 3's (7), so it is replaced
+              2: [0, 1, 2, 3, 4, 5], 3: [0, 0, 0, 0, 0, 1], 6: [0, 0, 0, 0.5, 1, 1.5], 7: [0, 0, 1, 2, 3, 4]}
+    starts = {6: (2, 2), 7: (2, 3)}
+    rows = [Row(member=m, round=r, steps=20 * (r + 1), wall_s=0.0, score=float(score), test_score=float(score),
+                parent=starts.get(m, (-1, m))[1] if r == starts.get(m, (-1, m))[0] else m,
+                explored=r == starts.get(m, (-1, m))[0], config={"h": 0.1 + m / 10}, role=roles[m])
+            for m, scores in curves.items() for r, score in enumerate(scores)]
+    fire = FIRE(FIRESettings(sub_pops=[2, 2, 2], evaluators=3), context=RunContext(rounds=20, pop_size=9, roles=roles))
+    decisions = fire.decide(History(SPACE.names).with_rows(rows), SPACE, np.random.default_rng(0))
+    assert (decisions[2].donor, decisions[2].explored) == (3, True)
+    # P3's members are evaluated with the config of P2's best that stays: member 3, not member 2
+    assert [d.ops[-1] for d in decisions[6:8]] == ["FIRE: evaluate m4 with m3's config",
+                                                   "FIRE: evaluate m5 with m3's config"]
+
+
 def test_only_members_whose_scores_are_results_run_test_episodes(tmp_path: Path) -> None:
     frame = run_toy(tmp_path, env="toy-deceptive", search="FIRE", pop_size=6, t_ready=20, max_budget=100).frame
     results = frame["role"] == "pop1"

@@ -28,7 +28,10 @@ step; curves are smoothed by a Gaussian kernel over ``smoothing`` rounds (0, the
 default, compares them raw, as PBT-Zoo's near-interpolating GP does); NaN scores
 are left out of curves; a member of P2 (P3, ...) whose own score is NaN has no fitness, is
 replaced and is not evaluated (the NaN policy of every strategy, :mod:`pbx.strategies.selection`); a member
-just replaced in P2 is not evaluated in the same round; and an evaluator with no member to evaluate copies the best member of P1
+just replaced in P2 is not evaluated in the same round, nor chosen as a child; the child of an evaluation of a
+member of P3 (P4, ...) is the best member of the sub-population below by score, not by fitness (the history,
+which ``decide`` reads, holds scores; fitness is recomputed each round from the ongoing evaluations); and an
+evaluator with no member to evaluate copies the best member of P1
 until one is free. Explore is PBT's (:mod:`pbx.strategies.pbt`).
 
 Everything FIRE knows is in the history (a pure ``decide``): the roles say who
@@ -39,7 +42,7 @@ the child is the best P1 member of the round before.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Collection, NamedTuple
 
 import numpy as np
 from scipy.stats import binomtest
@@ -220,15 +223,17 @@ class FIRE(PBT):
                 assigned[e] = Decision(e, best, configs[best], (*why, "FIRE: idle, copies P1's best"),
                                        explored=True, info=ended[e].info)
                 continue
-            child = self._best(pops[pops.index(str(roles[parent])) - 1], roles, table)
+            # never a member that is being replaced this round (PBT-Zoo excludes those just perturbed)
+            child = self._best(pops[pops.index(str(roles[parent])) - 1], roles, table, exclude=set(pairs))
             assigned[e] = Decision(e, parent, configs[child],
                                    (*why, f"FIRE: evaluate m{parent} with m{child}'s config"), explored=True,
                                    info={**ended[e].info, "parent": float(parent), "child": float(child)})
         return assigned
 
     @staticmethod
-    def _best(role: str, roles: np.ndarray, table: Rounds) -> int:
-        members = np.flatnonzero(roles == role)
+    def _best(role: str, roles: np.ndarray, table: Rounds, exclude: Collection[int] = ()) -> int:
+        """The member of ``role`` with the best score in the last round, ``exclude`` left out."""
+        members = np.array([m for m in np.flatnonzero(roles == role) if m not in exclude])
         return int(members[rank_best_first(table.score[table.last, members])[0]])
 
     def _smooth(self, curve: list[float]) -> np.ndarray:
@@ -329,7 +334,9 @@ class Rounds:
         if self.roles[parent] in (RESULT_ROLE, EVALUATOR_ROLE):
             return None
         below = f"pop{int(str(self.roles[parent])[3:]) - 1}"
-        members = np.flatnonzero(self.roles == below)
+        # the child was chosen among the members of the sub-population below that were not being replaced then
+        replaced = self.explored[start] & (self.parent[start] != np.arange(len(self.roles)))
+        members = np.flatnonzero((self.roles == below) & ~replaced)
         child = int(members[rank_best_first(self.score[start - 1, members])[0]])
         return Evaluation(parent, child, start)
 
