@@ -58,9 +58,12 @@ def test_curves_compare_where_they_reach_the_same_score() -> None:
     # fast starts where slow was at step 2: compared with slow's 2, 3, 4 it leads by 6 - 4
     assert fire._score_diff(fast, slow) == 2.0 and fire._score_diff(slow, fast) == -2.0
     assert fire._binomial(fast, slow) == pytest.approx(0.5)  # 2 of 3 points better: P(X >= 2 | 3) = 1/2
-    above, below = [10.0, 11.0], [1.0, 2.0]  # never the same score: the gap, a sure win, no loss
-    assert fire._score_diff(above, below) == 8.0 and fire._binomial(above, below) == 0.0
+    above, below = [10.0, 11.0], [1.0, 2.0]  # never the same score, the same rate: no better, though above
+    assert fire._score_diff(above, below) == 0.0 and fire._binomial(above, below) == 0.0
     assert fire._score_diff(below, above) == 0.0 and fire._binomial(below, above) == 1.0
+    # above and faster: shifted down onto the slower curve (PBT-Zoo), it leads by 6 - 3 where they meet at 2
+    assert fire._score_diff([10.0, 14.0, 18.0], [1.0, 2.0, 3.0]) == 3.0
+    assert fire._score_diff([12.0], [1.0, 2.0, 3.0]) == 0.0  # one point above a curve is no rate
     assert _overlap(np.array([]), np.array(below)) is None and fire._binomial([], below) == 1.0  # all NaN
     # smoothing over 1 round: weights exp(-d^2 / 2) of the distance d in rounds, e.g. 3 e^-2 / (1 + e^-0.5 + e^-2)
     assert _fire(smoothing=1.0)._smooth([0.0, 0.0, 3.0]).round(3).tolist() == [0.233, 0.822, 1.722]

@@ -25,7 +25,8 @@ sub-populations of equal size, 6 evaluators for 22 members, an evaluation of at
 least 3 intervals, p = 0.01, and a curve that starts anew at every exploit. Where
 pbx departs: a curve holds one point per round (the member's score), not one per
 step; curves are smoothed by a Gaussian kernel over ``smoothing`` rounds (0, the
-default, compares them raw, as PBT-Zoo's near-interpolating GP does); NaN scores
+default, compares them raw, as PBT-Zoo's near-interpolating GP does); curves that never meet compare as
+PBT-Zoo's do, the higher one shifted down onto the other (:meth:`FIRE._shifted_diff`); NaN scores
 are left out of curves; a member of P2 (P3, ...) whose own score is NaN has no fitness, is
 replaced and is not evaluated (the NaN policy of every strategy, :mod:`pbx.strategies.selection`); a member
 just replaced in P2 is not evaluated in the same round, nor chosen as a child; the child of an evaluation of a
@@ -246,14 +247,32 @@ class FIRE(PBT):
 
     def _score_diff(self, mine: list[float], theirs: list[float]) -> float:
         """How much better ``mine``'s best score is than ``theirs``'s over the stretch where both had reached the
-        same score (0 when they never do and ``mine`` is below; the gap when ``mine`` is entirely above)."""
+        same score; for curves that never meet, PBT-Zoo's shifted-curve difference (:meth:`_shifted_diff`)."""
         if not mine or not theirs:
             return 0.0
+        diff = self._overlap_diff(np.asarray(mine, dtype=float), np.asarray(theirs, dtype=float))
+        return self._shifted_diff(mine, theirs) if diff is None else diff
+
+    def _overlap_diff(self, mine: np.ndarray, theirs: np.ndarray) -> float | None:
+        """The best-score difference over the overlap of the two curves; None when they never meet."""
         span = _overlap(self._smooth(mine), self._smooth(theirs))
         if span is None:
-            return max(0.0, min(mine) - max(theirs))
+            return None
         i, j, n = span
         return float(max(mine[i:i + n]) - max(theirs[j:j + n]))
+
+    def _shifted_diff(self, mine: list[float], theirs: list[float]) -> float:
+        """Curves that never meet: 0 when ``mine`` is below; when it is entirely above, ``mine`` shifted down by
+        each of 10 offsets from ``min(mine) - max(theirs)`` (touching) towards ``min(mine) - min(theirs)``
+        (level starts), compared where the shifted curve meets ``theirs``, the best of those differences and 0.
+        So a curve above the other but rising no faster scores 0, not its head start: FIRE rewards rates."""
+        low, high = min(mine) - max(theirs), min(mine) - min(theirs)
+        if low <= 0 or np.isclose(low, high):
+            return 0.0
+        values = np.asarray(mine, dtype=float)
+        diffs = [self._overlap_diff(values - delta, np.asarray(theirs, dtype=float))
+                 for delta in np.linspace(low, high, 10, endpoint=False)]
+        return max(0.0, *(d for d in diffs if d is not None))
 
     def _binomial(self, mine: list[float], theirs: list[float]) -> float:
         """One-sided binomial test that ``mine`` beats ``theirs`` point by point from the same score on."""
