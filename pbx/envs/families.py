@@ -71,10 +71,15 @@ _BY_MODULE = {"gymnasium.envs.classic_control": CLASSIC, "gymnasium.envs.box2d":
               "gymnasium.envs.mujoco": MUJOCO}
 
 
+def _entry_module(env_id: str) -> str:
+    """The module a registered gymnasium id's env class lives in."""
+    entry = gymnasium.spec(env_id).entry_point
+    return entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+
+
 def gym_family(env_id: str) -> Family:
     """The family of a registered gymnasium id, from the module its entry point lives in."""
-    entry = gymnasium.spec(env_id).entry_point
-    module = entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+    module = _entry_module(env_id)
     return next((family for prefix, family in _BY_MODULE.items() if module.startswith(prefix)), OTHER)
 
 
@@ -84,11 +89,8 @@ def check_installed(env_id: str) -> None:
     Importing the entry point's module is what fails without it (gymnasium raises
     ``DependencyNotInstalled`` there), so the check costs no env.
     """
-    entry = gymnasium.spec(env_id).entry_point
-    if not isinstance(entry, str):
-        return
     try:
-        importlib.import_module(entry.split(":")[0])
+        importlib.import_module(_entry_module(env_id))
     except (gymnasium.error.DependencyNotInstalled, ImportError) as err:
         family = gym_family(env_id)
         fix = (f'pip install "pbx[{family.extra}]"' if family.extra is not None

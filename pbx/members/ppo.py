@@ -91,9 +91,10 @@ class PPOMember(Member):
     @classmethod
     def resume_note(cls, env: str) -> str:
         """What a resume cannot restore exactly on ``env``, for the run's start line ("" when it restores all)."""
-        if family(env).resume == "exact":
+        task = family(env)
+        if task.resume == "exact":
             return ""
-        return (f"{env}'s envs cannot be saved ({family(env).name}): a resume restarts the episodes in progress, "
+        return (f"{env}'s envs cannot be saved ({task.name}): a resume restarts the episodes in progress, "
                 f"so the rounds after it differ from an uninterrupted run's (the finished rounds stay as they are)")
 
     @classmethod
@@ -234,10 +235,7 @@ class PPOMember(Member):
         the space searches the rollout length each member's differs, so the plan is ``steps`` itself and each
         member ends a round at its own rollout's boundary nearest the plan (:meth:`train`)."""
         assert isinstance(settings, PPOSettings)
-        if "n_steps" in space.params:
-            return steps
-        rollout = settings.n_envs * settings.n_steps
-        return max(1, round(steps / rollout)) * rollout
+        return steps if "n_steps" in space.params else cls.steps_trained(settings, {}, steps)
 
     @classmethod
     def steps_trained(cls, settings: MemberSettings, config: Config, steps: int) -> int:
