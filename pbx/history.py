@@ -16,6 +16,9 @@ Row ``(m, r)`` describes member ``m``'s training in round ``r``:
   ``pop2``, ``pop3``, ... for its parent sub-populations and ``eval`` for its
   evaluators, whose scores are never results (:func:`results`).
 
+The scores each member took *within* a round (its curve) are kept beside the
+history, in ``curves.csv`` (:mod:`pbx.curves`), and travel with it: :attr:`History.curves`.
+
 So an exploit decided after round ``r`` shows up in row ``(m, r + 1)``. PB2 reads
 improvement rates straight off this table, reports draw lineages from it, and
 ``--resume`` rebuilds a run from it.
@@ -37,6 +40,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from pbx.curves import CURVES_FILE, CurveLog, Point, points_frame
 from pbx.errors import UsageError
 from pbx.files import fsync_dir
 from pbx.space import Categorical, Integer, Space, Value
@@ -64,6 +68,8 @@ class Row:
     explored: bool
     config: Mapping[str, Value]
     role: str = RESULT_ROLE
+    curve: tuple[Point, ...] = ()
+    """The scores taken within the round (:mod:`pbx.curves`), finite ones only."""
 
     def as_record(self, hp_names: Sequence[str]) -> dict[str, object]:
         record: dict[str, object] = {
@@ -76,11 +82,14 @@ class Row:
 
 
 class History:
-    """A read-only table of rows, as a pandas DataFrame plus the queries strategies need."""
+    """A read-only table of rows, as a pandas DataFrame plus the queries strategies need, and the curves
+    within its rounds (``curves``: one row per point, :mod:`pbx.curves`; empty for a history kept without)."""
 
-    def __init__(self, hp_names: Sequence[str], frame: pd.DataFrame | None = None) -> None:
+    def __init__(self, hp_names: Sequence[str], frame: pd.DataFrame | None = None,
+                 curves: pd.DataFrame | None = None) -> None:
         self.hp_names = list(hp_names)
         self.frame = frame if frame is not None else _empty_frame(self.hp_names)
+        self.curves = curves if curves is not None else points_frame()
 
     def __len__(self) -> int:
         return len(self.frame)
@@ -107,7 +116,9 @@ class History:
         new = pd.DataFrame([r.as_record(self.hp_names) for r in rows], columns=self.frame.columns, dtype=object)
         # both sides as objects: pandas 2 warns when an all-NaN column of ``new`` meets a typed one
         frame = new if not len(self.frame) else pd.concat([self.frame.astype(object), new], ignore_index=True)
-        return History(self.hp_names, _typed(frame))
+        points = points_frame(_points(rows))
+        curves = points if not len(self.curves) else pd.concat([self.curves, points], ignore_index=True)
+        return History(self.hp_names, _typed(frame), curves)
 
 
 class HistoryLog:
@@ -116,7 +127,8 @@ class HistoryLog:
     A round is on disk only when every one of its ``pop_size`` rows is, each ending
     in a newline: on reopen a torn last line (a kill inside a write, even inside its
     last field) and a last round with fewer rows than members are dropped, and the
-    file is rewritten to hold exactly the rounds kept.
+    file is rewritten to hold exactly the rounds kept. The rows' curves go to
+    ``curves.csv`` beside it (:class:`pbx.curves.CurveLog`), each round's before its rows.
     """
 
     def __init__(self, path: Path, space: Space, pop_size: int) -> None:
@@ -124,15 +136,19 @@ class HistoryLog:
         self.space = space
         self.pop_size = pop_size
         self.columns = BASE_COLUMNS + space.names
-        self.history = History(space.names)
+        frame = None
         if self.path.exists():
-            self.history = History(space.names, self._read_complete_rounds())
+            frame = self._read_complete_rounds()
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._write_lines([self.columns], mode="w")
+        last = int(frame["round"].max()) if frame is not None and len(frame) else -1
+        self.curves = CurveLog(self.path.with_name(CURVES_FILE), last)
+        self.history = History(space.names, frame, self.curves.frame)
 
     def append(self, rows: Sequence[Row]) -> History:
-        """Append one finished round; it is on disk when this returns."""
+        """Append one finished round (its curves first); it is on disk when this returns."""
+        self.curves.append(_points(rows))
         self._write_lines([_csv_fields(r.as_record(self.history.hp_names), self.columns) for r in rows], mode="a")
         self.history = self.history.with_rows(rows)
         return self.history
@@ -159,6 +175,10 @@ class HistoryLog:
         os.replace(tmp, self.path)
         fsync_dir(self.path.parent)
         return frame
+
+
+def _points(rows: Sequence[Row]) -> list[tuple[int, int, int, float]]:
+    return [(r.member, r.round, steps, score) for r in rows for steps, score in r.curve]
 
 
 def complete_rounds(frame: pd.DataFrame, pop_size: int | None = None, name: str = "history") -> pd.DataFrame:

@@ -2,6 +2,7 @@
 
     runs/<name>/config.yaml           resolved config (``--config`` rebuilds the run from it)
     runs/<name>/history.csv           one row per (member, round)
+    runs/<name>/curves.csv            the scores members took within each round (pbx.curves)
     runs/<name>/strategy.csv          the strategy's reasons, one row per decision that changes a member
     runs/<name>/checkpoints/          member_<i>.r<round>.ckpt, the latest finished round
     runs/<name>/tb/                   TensorBoard, one sub-folder per member plus ``population``
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Iterator
 
+from pbx.curves import CURVES_FILE
 from pbx.errors import UsageError
 
 _CKPT = re.compile(r"member_(\d+)\.r(\d+)\.ckpt$")
@@ -43,6 +45,10 @@ class RunDir:
     @property
     def history(self) -> Path:
         return self.path / "history.csv"
+
+    @property
+    def curves(self) -> Path:
+        return self.path / CURVES_FILE
 
     @property
     def strategy(self) -> Path:

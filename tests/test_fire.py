@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from pbx import train
+from pbx.curves import read_curves
 from pbx.errors import UsageError
 from pbx.history import History, Row, best_rows, read_csv
 from pbx.schedule import plan_replay
@@ -33,16 +34,20 @@ def _fire(**settings: object) -> FIRE:
     return FIRE(FIRESettings(**settings), context=RunContext(rounds=20, pop_size=6, roles=ROLES))
 
 
-def _history(curves: dict[int, list[float]], starts: dict[int, tuple[int, int]]) -> History:
-    """Rows of the 6 members of :data:`ROLES`: member m scores ``curves[m]`` over the rounds; an evaluator ``e``
-    in ``starts`` copied member ``starts[e][1]`` to start at round ``starts[e][0]``, with h 0.5."""
+def _history(curves: dict[int, list[float]] | dict[int, list[list[float]]],
+             starts: dict[int, tuple[int, int]]) -> History:
+    """Rows of the 6 members of :data:`ROLES`: member m scores ``curves[m]`` over the rounds (a list per round:
+    the 20 points within it, one per step, the last its score); an evaluator ``e`` in ``starts`` copied member
+    ``starts[e][1]`` to start at round ``starts[e][0]``, with h 0.5."""
     rows = []
     for m, scores in curves.items():
         for r, score in enumerate(scores):
             start, parent = starts.get(m, (-1, m))
-            rows.append(Row(member=m, round=r, steps=20 * (r + 1), wall_s=0.0, score=score, test_score=score,
+            within = tuple((20 * r + k + 1, v) for k, v in enumerate(score)) if isinstance(score, list) else ()
+            last = within[-1][1] if within else score
+            rows.append(Row(member=m, round=r, steps=20 * (r + 1), wall_s=0.0, score=last, test_score=last,
                             parent=parent if r == start else m, explored=r == start, config={"h": 0.5 + m / 10},
-                            role=ROLES[m]))
+                            role=ROLES[m], curve=within))
     return History(SPACE.names).with_rows(rows)
 
 
@@ -89,6 +94,34 @@ def test_an_evaluator_that_beats_the_child_hands_it_its_weights() -> None:
                                                                               (0, True, {"h": 0.5})]
     assert decisions[4].ops == ("FIRE: won", "FIRE: evaluate m2 with m0's config")
     assert decisions[5].ops == ("FIRE: stop, child or parent replaced", "FIRE: idle, copies P1's best")
+
+
+def _stepwise(rate: float, start: float, rounds: int) -> list[list[float]]:
+    """A curve of 20 points per round rising by ``rate`` per step from ``start`` (its first point: start + rate)."""
+    return [[start + rate * (20 * r + k + 1) for k in range(20)] for r in range(rounds)]
+
+
+@pytest.mark.parametrize("start, rate, wins", [
+    (0.0, 0.02, True),   # from below the child's score, twice its rate: compared where they meet, it wins
+    (2.0, 0.02, True),   # from above the child's whole curve, twice its rate: shifted onto it, it wins
+    (0.0, 0.01, False),  # from below at the child's rate: never better
+    (2.0, 0.01, False),  # above it at its rate: a head start, not a rate
+])
+def test_at_default_settings_an_evaluator_rising_faster_than_its_child_hands_its_weights_over(
+        start: float, rate: float, wins: bool) -> None:
+    """Curves of 20 points a round (a step each, as the deceptive toy reports): two rounds of evaluation are
+    40 paired points, so the binomial test can reach p < 0.01 inside the default 3 rounds; one point a round
+    could not (p = 1/8 at best after 3)."""
+    rounds = 6
+    curves = {0: _stepwise(0.01, 0.0, rounds), 1: _stepwise(0.005, 0.0, rounds),  # P1: member 0 is the child
+              2: [[0.0] * 20] * rounds, 3: [[0.0] * 20] * rounds, 5: [[0.0] * 20] * rounds,
+              4: [[0.0] * 20] * 4 + _stepwise(rate, start, 2)}  # evaluator 4 took member 2's weights at round 4
+    decisions = _fire().decide(_history(curves, {4: (4, 2)}), SPACE, np.random.default_rng(0))
+    if wins:
+        assert (decisions[0].donor, decisions[0].explored) == (4, False) and decisions[0].info["p_value"] < 0.01
+        assert decisions[0].info["score_diff"] > 0 and decisions[4].ops[0] == "FIRE: won"
+    else:
+        assert decisions[0].donor == 0 and not any("won" in op for op in decisions[4].ops)
 
 
 def test_a_parent_member_with_a_nan_score_is_replaced_and_never_evaluated() -> None:
@@ -161,11 +194,16 @@ def test_fire_killed_and_resumed_or_on_two_ranks_writes_the_synchronous_history(
     resumed = start_train("--resume", str(tmp_path / "killed"))
     assert resumed.wait(timeout=120) == 0, resumed.stderr.read()
     pd.testing.assert_frame_equal(_history_of(tmp_path / "killed"), frame)
+    # the curves FIRE compared are the uninterrupted run's too: 20 points a round, one per step
+    curves = read_curves(tmp_path / "whole" / "curves.csv")
+    assert len(curves) == 20 * len(frame) and (curves.groupby(["member", "round"]).size() == 20).all()
+    pd.testing.assert_frame_equal(read_curves(tmp_path / "killed" / "curves.csv"), curves)
 
     mpi = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "pbx.train", *FIRE_TOY, "--run-dir",
                           str(tmp_path / "mpi")], cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert mpi.returncode == 0 and "6 members on 2 MPI ranks" in mpi.stdout, mpi.stderr
     pd.testing.assert_frame_equal(_history_of(tmp_path / "mpi"), frame)
+    pd.testing.assert_frame_equal(read_curves(tmp_path / "mpi" / "curves.csv"), curves)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,9 +1,11 @@
+import dataclasses
 import math
 
 import pandas as pd
 
 import pytest
 
+from pbx.curves import read_curves
 from pbx.errors import UsageError
 from pbx.history import BASE_COLUMNS, History, HistoryLog, Row, read_csv
 from pbx.space import Categorical, Continuous, Integer, Space
@@ -42,6 +44,29 @@ def test_a_torn_last_round_is_dropped_on_reopen(tmp_path) -> None:
     assert reopened.history.last_round == 0
     reopened.append([_row(0, 1, 3.0, 0.5), _row(1, 1, 4.0, 0.5)])
     assert HistoryLog(path, SPACE, 2).history.frame["score"].tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_curves_keep_to_the_rounds_of_the_history(tmp_path) -> None:
+    """A round's points reach curves.csv before its rows reach history.csv: points of a round the history does not
+    hold (a kill between the two writes, or inside the first) are dropped on reopen, and the round rerun writes
+    them once."""
+    path = tmp_path / "history.csv"
+    log = HistoryLog(path, SPACE, 2)
+    curve = ((1, 0.1 + 0.2), (3, -1e-300))
+    rows = [dataclasses.replace(_row(m, 0, 1.0, 0.5), curve=curve) for m in (0, 1)]
+    log.append(rows)
+    with open(tmp_path / "curves.csv", "a") as f:  # round 1's points written, then a kill inside a line
+        f.write("0,1,5,0.5\n1,1,7,0.")
+    reopened = HistoryLog(path, SPACE, 2).history
+    assert reopened.curves.values.tolist() == [[0, 0, 1, 0.1 + 0.2], [0, 0, 3, -1e-300],
+                                               [1, 0, 1, 0.1 + 0.2], [1, 0, 3, -1e-300]]  # exact
+    pd.testing.assert_frame_equal(reopened.curves, log.history.curves)
+    again = HistoryLog(path, SPACE, 2)
+    again.append([dataclasses.replace(_row(m, 1, 2.0, 0.5), curve=((5, 0.5),)) for m in (0, 1)])
+    assert read_curves(tmp_path / "curves.csv")["round"].tolist() == [0, 0, 0, 0, 1, 1]
+    (tmp_path / "curves.csv").write_text("member,round,steps,score\n0,0,1,x\n")
+    with pytest.raises(UsageError, match="curves.csv: a row does not parse"):
+        HistoryLog(path, SPACE, 2)
 
 
 def test_with_rows_leaves_the_original_unchanged() -> None:

@@ -386,6 +386,16 @@ def test_a_recipient_is_scored_only_on_episodes_started_after_the_copy(tmp_path:
     assert recipient.train(2 * ROLLOUT) == EPISODE  # not the mean of 8, 12, 12 per env
 
 
+def test_the_curve_within_a_round_has_a_point_after_each_rollout_in_which_an_episode_ended() -> None:
+    """Rollouts of 8 steps per env (2 envs) and episodes of 12 steps paying 1 a step: episodes end at steps 12 and
+    24 of each env, in the 2nd and 3rd rollouts; the 1st and 4th end none and take no point."""
+    member = always(make_member(seed=5, env=FIXED, config=CLASSIC_CONFIG, n_steps=8), action=1)
+    assert member.train(4 * 16) == EPISODE and member.curve() == [(32, 12.0), (48, 12.0)]
+    # the next call: the episode in progress at its start (ends at step 36) is left out, as in the round's score;
+    # the one from 37 ends at 48, in the call's 2nd rollout, at the member's step 64 + 2 x 16
+    assert member.train(3 * 16) == EPISODE and member.curve() == [(96, 12.0)]
+
+
 def test_a_round_without_a_whole_episode_says_why_its_score_is_nan() -> None:
     member = always(make_member(seed=5, env=FIXED, config=CLASSIC_CONFIG), action=1)
     assert member.train(ROLLOUT) == EPISODE  # every env starts fresh: steps 1-12 are a whole episode

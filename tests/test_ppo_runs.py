@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from pbx.config import resolve
+from pbx.curves import read_curves
 from pbx.history import read_csv
 from pbx.run_dir import RunDir
 
@@ -130,6 +131,10 @@ def test_a_killed_ppo_population_resumes_to_the_uninterrupted_history(tmp_path) 
     assert resumed.returncode == 0, err
     pd.testing.assert_frame_equal(read_csv(history).drop(columns="wall_s"),
                                   read_csv(tmp_path / "whole" / "history.csv").drop(columns="wall_s"))
+    curves = read_curves(tmp_path / "whole" / "curves.csv")
+    assert len(curves) >= 4  # a point after each rollout (one a round here) in which a scored episode ended
+    pd.testing.assert_frame_equal(read_curves(tmp_path / "killed" / "curves.csv"), curves)
+    assert "pbx/curve" in tensorboard_tags(tmp_path / "whole" / "tb" / "member_0")  # the points, at their steps
 
 
 def test_a_drac_run_resumed_with_its_device_given_continues_bit_for_bit(tmp_path, capsys) -> None:

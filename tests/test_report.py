@@ -329,3 +329,21 @@ def test_member_kind_in_labels_and_evaluators_are_not_results(tmp_path: Path) ->
     with contextlib.redirect_stdout(io.StringIO()):
         assert main([str(tmp_path / "ppo"), str(tmp_path / "drac"), "--out", str(tmp_path / "out"), "--reps", "20"]) == 0
     assert table_row((tmp_path / "out" / "comparison.md").read_text(), "PBT [PPO]")[1:6] == ["1", "1", "2", "1", "2"]
+
+
+def test_the_train_score_panel_draws_the_points_within_rounds_along_the_lineage(tmp_path: Path) -> None:
+    """A run that kept curves: each member's train curve is its points within rounds (not one score a round), and
+    a member that copied a donor starts from the donor's last point before the copy."""
+    from pbx.reporting.plots import _segments
+
+    run_toy(tmp_path / "run", search="PBT", max_budget=20)
+    run = load_run(tmp_path / "run")
+    assert len(run.curves) == 4 * 20  # the toy takes a point after each of its steps
+    within = {(int(m), int(r)): list(zip(g["steps"].astype(float), g["score"])) for (m, r), g in
+              run.curves.groupby(["member", "round"])}
+    segments = _segments(run.frame, run.frame["score"], from_zero=False, within=within)
+    assert sum(len(s.steps) for s in segments) == len(run.curves) + sum(s.branched for s in segments)
+    copied = run.frame[run.frame["parent"] != run.frame["member"]].iloc[0]
+    branch = next(s for s in segments if s.branched and s.member == copied["member"])
+    assert (branch.steps[0], branch.values[0]) == within[(int(copied["parent"]), int(copied["round"]) - 1)][-1]
+    assert branch.steps[1:5] == [4.0 * copied["round"] + k for k in (1, 2, 3, 4)]

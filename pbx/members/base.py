@@ -147,6 +147,14 @@ class Member(ABC):
         on play of the policy it threw away. Raises :class:`Diverged` (see there).
         """
 
+    def curve(self) -> list[tuple[int, float]]:
+        """The scores the last :meth:`train` took on its way, as ``(steps, score)`` in order, ``steps`` the
+        member's env steps when each was taken (the toys: after every step; PPO: after every rollout in which
+        an episode ended). FIRE compares improvement rates on these points and reports draw them; the runner
+        stores them beside the history (``curves.csv``). Empty (the default, and after :class:`Diverged`):
+        the member's curve has the round's score as its only point."""
+        return []
+
     def score_note(self) -> str:
         """Why the last :meth:`train` returned NaN, for the round line (``""``: no reason to give)."""
         return ""

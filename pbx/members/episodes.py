@@ -1,4 +1,4 @@
-"""What a round's train score counts: the episodes that both start and end inside it."""
+"""What a round's train score counts: the episodes that both start and end inside it, and its curve."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ class RoundEpisodes(BaseCallback):
         """Per env: whether its current episode started inside this call."""
         self.returns: list[float] = []
         self.left_out = 0
+        self.curve: list[tuple[int, float]] = []
+        """After each rollout in which scored episodes ended: (the learner's env steps, their mean return)."""
+        self._scored = 0
 
     def _on_step(self) -> bool:
         infos = self.locals["infos"]
@@ -36,3 +39,8 @@ class RoundEpisodes(BaseCallback):
                     self.left_out += 1
             self.fresh[i] = True  # the next episode starts now
         return True
+
+    def _on_rollout_end(self) -> None:
+        if len(self.returns) > self._scored:
+            self.curve.append((int(self.model.num_timesteps), float(np.mean(self.returns[self._scored:]))))
+            self._scored = len(self.returns)

@@ -168,6 +168,7 @@ class PPOMember(Member):
                               else Logger(folder=None, output_formats=[]))
         self._config: Config = {}
         self._note = ""
+        self._curve: list[tuple[int, float]] = []
         self.apply(config)
 
     def _make_env(self, n_envs: int, seed: int, num_levels: int, start_level: int,
@@ -260,6 +261,7 @@ class PPOMember(Member):
             raise UsageError(f"steps to train must be positive, got {steps}")
         total = self.steps_trained(self.settings, self._config, steps)
         episodes = RoundEpisodes(self.model._last_episode_starts)
+        self._curve = []
         good = self._learner_state()
         with self._own_rng():
             try:
@@ -276,9 +278,15 @@ class PPOMember(Member):
             raise Diverged(failure)
         # The last update's losses stay in the logger until the next dump; write them now, at this step.
         self.model.logger.dump(self.model.num_timesteps)
+        self._curve = episodes.curve
         self._note = "" if episodes.returns else (
             f"no episode both started and ended in the round ({episodes.left_out} in progress at its start left out)")
         return float(np.mean(episodes.returns)) if episodes.returns else math.nan
+
+    def curve(self) -> list[tuple[int, float]]:
+        """After each rollout in which scored episodes ended, their mean return (the round's score is the mean
+        over all of them): ``n_envs * n_steps`` env steps apart at the finest."""
+        return list(self._curve)
 
     def score_note(self) -> str:
         return self._note

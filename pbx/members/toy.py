@@ -79,6 +79,8 @@ class ToyMember(Member):
     def __init__(self, context: MemberContext, settings: ToySettings, config: Config) -> None:
         super().__init__(context, settings, config)
         self.theta = np.array(THETA0, dtype=float)
+        self._curve: list[tuple[int, float]] = []
+        """Q after each step of the last train call."""
         if settings.init == "paper":
             h0, h1 = PAPER_INIT[context.index % 2]
             config = {**config, "h0": h0, "h1": h1}
@@ -93,11 +95,16 @@ class ToyMember(Member):
 
     def train(self, steps: int) -> float:
         step = STEP_SIZE * OPTIMISERS.get(self.optimiser or "sgd", 1.0)
-        for _ in range(steps):
+        self._curve = []
+        for k in range(steps):
             # d Qhat / d theta = -2 h theta
             self.theta = self.theta - step * 2.0 * self.h * self.theta
+            self._curve.append((self.steps + k + 1, true_objective(self.theta)))
         self.steps += steps
         return true_objective(self.theta)
+
+    def curve(self) -> list[tuple[int, float]]:
+        return list(self._curve)
 
     def evaluate(self, seed: int) -> float:
         return true_objective(self.theta)  # the toy has no held-out conditions: its test score is Q itself

@@ -84,6 +84,8 @@ class DeceptiveToyMember(Member):
         self.theta = THETA0
         self.distance = 0.0
         """Summed distance of the h trained with from the target, in stretches of PENALTY_STEPS."""
+        self._curve: list[tuple[int, float]] = []
+        """Q after each step of the last train call (PBT-Zoo's curve: one point per step)."""
         if settings.init == "near":
             config = {"h": float(np.random.default_rng(context.seed).uniform(*INIT_RANGE))}
         self.apply(config)
@@ -95,9 +97,14 @@ class DeceptiveToyMember(Member):
     def train(self, steps: int) -> float:
         self.distance += abs(self.h - target(self.steps, self.settings.horizon)) * steps / PENALTY_STEPS
         rate = max(2.0 - self.h - PENALTY * self.distance, 0.0)
-        self.theta *= (1.0 - STEP_SIZE * 2.0 * rate) ** steps  # d Q / d theta = -2 theta, at that rate
+        factor = 1.0 - STEP_SIZE * 2.0 * rate  # d Q / d theta = -2 theta, at that rate
+        self._curve = [(self.steps + k, 1.2 - (self.theta * factor**k) ** 2) for k in range(1, steps + 1)]
+        self.theta *= factor**steps
         self.steps += steps
         return self.evaluate(0)
+
+    def curve(self) -> list[tuple[int, float]]:
+        return list(self._curve)
 
     def evaluate(self, seed: int) -> float:
         return 1.2 - self.theta**2  # no held-out conditions: the test score is Q itself

@@ -85,15 +85,23 @@ class _Segment:
     branched: bool
 
 
-def plot_member_scores(frame: pd.DataFrame, title: str, path: Path) -> Path:
-    """Train and test score of every member vs env steps; a test panel with no scores says so."""
+def plot_member_scores(frame: pd.DataFrame, title: str, path: Path, curves: pd.DataFrame | None = None) -> Path:
+    """Train and test score of every member vs env steps; a test panel with no scores says so.
+
+    ``curves``: the scores taken within rounds (:mod:`pbx.curves`); where a round has some, the train panel
+    draws them in place of the round's one score, so the curve shows how the member learned inside it.
+    """
     fig, axes = _figure(ncols=2, nrows=1, width=11, height=4)
     palette = _Palette.of(frame)
+    within = {} if curves is None else {
+        (int(m), int(r)): list(zip(group["steps"].astype(float), group["score"].astype(float)))
+        for (m, r), group in curves.groupby(["member", "round"])}
     for ax, column, label in zip(axes, ("score", "test_score"), ("train score", "test score")):
-        if frame[column].isna().all():
+        if frame[column].isna().all() and not (column == "score" and within):
             _mark_empty(ax, f"not evaluated\n({column} is NaN throughout)")
         else:
-            _draw_lineage(ax, _segments(frame, frame[column], from_zero=False), palette, drawstyle="default")
+            segments = _segments(frame, frame[column], from_zero=False, within=within if column == "score" else {})
+            _draw_lineage(ax, segments, palette, drawstyle="default")
         _label_axes(ax, label, label)
     _member_legend(fig, axes, palette)
     fig.suptitle(title)
@@ -247,7 +255,8 @@ def _schedule_axis(ax: Axes, frame: pd.DataFrame, name: str, param: Param, membe
     return pd.Series(positions, index=frame.index, dtype=float)
 
 
-def _segments(frame: pd.DataFrame, values: pd.Series, from_zero: bool) -> list[_Segment]:
+def _segments(frame: pd.DataFrame, values: pd.Series, from_zero: bool,
+              within: Mapping[tuple[int, int], list[tuple[float, float]]] | None = None) -> list[_Segment]:
     """Split each member's curve at its exploits; a new piece starts at the donor's previous point.
 
     Args:
@@ -255,22 +264,25 @@ def _segments(frame: pd.DataFrame, values: pd.Series, from_zero: bool) -> list[_
         values: the y value of each row, aligned with ``frame``'s index; NaN rows are left out, so
             scores evaluated only every few rounds still draw as lines.
         from_zero: start each member's first piece at 0 env steps (configs hold from the start).
+        within: ``(member, round)``: the points ``(steps, value)`` taken within that round, drawn in place of
+            the row's one value.
     """
-    point = {(int(m), int(r)): (float(s), float(v))
-             for m, r, s, v in zip(frame["member"], frame["round"], frame["steps"], values) if np.isfinite(v)}
+    within = within or {}
+    points = {(int(m), int(r)): within.get((int(m), int(r))) or ([(float(s), float(v))] if np.isfinite(v) else [])
+              for m, r, s, v in zip(frame["member"], frame["round"], frame["steps"], values)}
     segments: list[_Segment] = []
     for member, rows in frame.sort_values("round").groupby("member"):
         first = float(values[rows.index[0]])
         piece = _Segment(int(member), [0.0] if from_zero else [], [first] if from_zero else [], False)
-        for r, parent, s, v in zip(rows["round"], rows["parent"], rows["steps"], values[rows.index]):
+        for r, parent in zip(rows["round"], rows["parent"]):
             if parent != member:
                 segments.append(piece)
-                donor = point.get((int(parent), int(r) - 1))
-                piece = _Segment(int(member), [donor[0]] if donor else [], [donor[1]] if donor else [],
-                                 donor is not None)
-            if np.isfinite(v):
-                piece.steps.append(float(s))
-                piece.values.append(float(v))
+                donor = points.get((int(parent), int(r) - 1))
+                piece = _Segment(int(member), [donor[-1][0]] if donor else [], [donor[-1][1]] if donor else [],
+                                 bool(donor))
+            for s, v in points[(int(member), int(r))]:
+                piece.steps.append(s)
+                piece.values.append(v)
         segments.append(piece)
     return [piece for piece in segments if piece.steps]
 

@@ -25,7 +25,8 @@ def write_run_report(run: Run, k: int = LAST_K) -> list[Path]:
     out = RunDir(run.path).report
     subject = f"{run.env} · {run.strategy}"
     paths = [
-        plot_member_scores(run.frame, f"{subject}: score per member ({run.name})", out / "scores.png"),
+        plot_member_scores(run.frame, f"{subject}: score per member ({run.name})", out / "scores.png",
+                           run.curves),
         plot_schedules(run.frame, run.space, f"{subject}: hyperparameter schedules ({run.name})",
                        out / "schedules.png"),
     ]

@@ -1,6 +1,6 @@
 """Reading what a report is made of: run folders and sweep folders, checked before anything is written.
 
-Everything comes from ``config.yaml`` and ``history.csv``, so a report can be made
+Everything comes from ``config.yaml`` and ``history.csv`` (and ``curves.csv`` when the run kept one), so a report can be made
 while a run is still going (a partly written last round is left out). Which rows
 are results is decided in one place, :func:`pbx.history.results`: a population may
 hold members whose scores are not results (FIRE-PBT's evaluators), and every score
@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from pbx.config import RunSettings, build
+from pbx.curves import read_curves
 from pbx.errors import UsageError
 from pbx.history import complete_rounds, read_csv, results
 from pbx.run_dir import RunDir
@@ -35,6 +36,8 @@ class Run:
     space: Space
     frame: pd.DataFrame
     """Every member's rows (the per-run plots draw the whole population)."""
+    curves: pd.DataFrame
+    """The scores taken within its rounds (:mod:`pbx.curves`; empty for a run kept without)."""
 
     @property
     def results(self) -> pd.DataFrame:
@@ -100,7 +103,8 @@ def read_run(path: Path) -> Run:
     space = Space.from_dict(config["space"], source=f"{folder.config}: space")
     frame = complete_rounds(read_csv(folder.history, space), config["run"].get("pop_size"), str(folder.history))
     _check_columns(frame, space, folder.history)
-    return Run(path, config, space, frame)
+    curves = read_curves(folder.curves, int(frame["round"].max()) if len(frame) else -1)
+    return Run(path, config, space, frame, curves)
 
 
 def _read_config(path: Path) -> dict[str, Any]:

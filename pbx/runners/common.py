@@ -182,6 +182,8 @@ class RunRecorder:
                 # TensorBoard plots numbers only: a categorical value is logged as its choice index.
                 values[f"hp/{name}"] = param.choices.index(value) if isinstance(param, Categorical) else float(value)
             writer = self._writer(f"member_{row.member}")
+            for steps, score in row.curve:  # the scores within the round, at the steps each was taken
+                writer.scalars({"pbx/curve": score}, steps)
             writer.scalars(values, row.steps)
             writer.flush()
         frame = self.history.round(rows[0].round)

@@ -7,8 +7,8 @@ over ranks, checkpoint bytes sent between them), as SB3's ``DummyVecEnv`` and
 ``SubprocVecEnv`` differ only in how a step is carried out.
 
 Per round ``r``: the executor trains each member to the round's planned end (``round_end(r)`` steps in all),
-evaluates it when due, and saves it durably; the loop writes the round's rows to
-``history.csv`` (fsynced: from here on a kill loses nothing), deletes the other
+evaluates it when due, and saves it durably; the loop writes the round's curves to ``curves.csv`` and its rows
+to ``history.csv`` (fsynced: from here on a kill loses nothing), deletes the other
 rounds' checkpoints, asks the strategy for decisions with the round's generator
 and has the executor apply them.
 
@@ -49,6 +49,8 @@ class Trained:
     config: Config
     note: str = ""
     """Why ``score`` is NaN (no episode to score, diverged), for the round line."""
+    curve: tuple[tuple[int, float], ...] = ()
+    """The scores taken within the round, ``(steps, score)`` (:meth:`pbx.members.Member.curve`), finite ones."""
 
 
 class RunFailed(Exception):
@@ -234,7 +236,7 @@ class RoundLoop:
             parent, explored = self.lineage[t.member]
             rows.append(Row(member=t.member, round=r, steps=t.steps, wall_s=wall_s, score=t.score,
                             test_score=t.test_score, parent=parent, explored=explored, config=t.config,
-                            role=roles[t.member]))
+                            role=roles[t.member], curve=t.curve))
         return rows
 
     def _decide(self, history: History, r: int) -> list[Decision]:

@@ -22,9 +22,13 @@ the population into sub-populations P1, P2, ... and evaluators:
 Facts from the method and from PBT-Zoo's ``algo/firepbt.py`` (Chebykin et al.,
 TMLR 2025); defaults are PBT-Zoo's, which its toy and RL configs share: two
 sub-populations of equal size, 6 evaluators for 22 members, an evaluation of at
-least 3 intervals, p = 0.01, and a curve that starts anew at every exploit. Where
-pbx departs: a curve holds one point per round (the member's score), not one per
-step; curves are smoothed by a Gaussian kernel over ``smoothing`` rounds (0, the
+least 3 intervals, p = 0.01, and a curve that starts anew at every exploit. A curve
+is the scores the member took within its rounds (:mod:`pbx.curves`: the toys'
+after every step, PBT-Zoo's grain; PPO's after every rollout in which an episode
+ended), so an evaluation of 3 rounds compares tens of points, not 3. Where
+pbx departs: a round whose member reported no points within it (a member type that
+takes none; a run kept before curves were) adds its round score as one point;
+curves are smoothed by a Gaussian kernel over ``smoothing`` points (0, the
 default, compares them raw, as PBT-Zoo's near-interpolating GP does); curves that never meet compare as
 PBT-Zoo's do, the higher one shifted down onto the other (:meth:`FIRE._shifted_diff`); NaN scores
 are left out of curves; a member of P2 (P3, ...) whose own score is NaN has no fitness, is
@@ -73,7 +77,7 @@ class FIRESettings(PBTSettings):
     """An evaluator wins when the binomial test of its curve against the child's is below this (PBT-Zoo's
     ``p_stat``), and stops after ``max_eval_rounds`` when it is above."""
     smoothing: float = 0.0
-    """Width, in rounds, of the Gaussian kernel curves are smoothed with before they are matched by score
+    """Width, in curve points, of the Gaussian kernel curves are smoothed with before they are matched by score
     (0: raw scores)."""
 
     def __post_init__(self) -> None:
@@ -83,7 +87,7 @@ class FIRESettings(PBTSettings):
         if not 0 < self.p_value < 1:
             raise UsageError(f"p_value must be in (0, 1), got {self.p_value}")
         if not self.smoothing >= 0:
-            raise UsageError(f"smoothing must be >= 0 rounds (0: none), got {self.smoothing}")
+            raise UsageError(f"smoothing must be >= 0 curve points (0: none), got {self.smoothing}")
 
 
 class Evaluation(NamedTuple):
@@ -317,9 +321,12 @@ def _with_fitness(decision: Decision, fitness: dict[int, float]) -> Decision:
 
 
 class Rounds:
-    """The history as (round, member) arrays, and what FIRE reads off them."""
+    """The history as (round, member) arrays, its curves by (round, member), and what FIRE reads off them."""
 
     def __init__(self, history: History, roles: np.ndarray) -> None:
+        curves = history.curves
+        self.points: dict[tuple[int, int], list[float]] = {
+            (int(r), int(m)): group["score"].tolist() for (r, m), group in curves.groupby(["round", "member"])}
         frame = history.frame.sort_values(["round", "member"])
         shape = (history.last_round + 1, len(roles))
         self.roles = roles
@@ -331,16 +338,17 @@ class Rounds:
 
     def curve(self, member: int) -> list[float]:
         """The member's finite scores since its state was last exploited and explored, following the weights
-        back through copies that kept the config (an evaluator's win): the curve FIRE compares."""
-        points = []
+        back through copies that kept the config (an evaluator's win): the curve FIRE compares. Each round adds
+        the points taken within it, or its score where it has none (:mod:`pbx.curves`)."""
+        rounds = []
         r = self.last
         while r >= 0:
-            points.append(self.score[r, member])
+            rounds.append(self.points.get((r, member), [self.score[r, member]]))
             if self.explored[r, member]:
                 break
             member = self.parent[r, member]
             r -= 1
-        return [float(s) for s in reversed(points) if np.isfinite(s)]
+        return [float(s) for points in reversed(rounds) for s in points if np.isfinite(s)]
 
     def evaluation(self, evaluator: int) -> Evaluation | None:
         """The evaluator's task: from its last copy of a member of P2, P3, ...; None before its first one and
