@@ -3,6 +3,7 @@ and under ``mpiexec -n 2`` write the synchronous history, and bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from pbx.members.toy_deceptive import DeceptiveToyMember, DeceptiveToySettings, 
 from pbx.members.base import MemberContext
 from pbx.space import Continuous, Space
 from pbx.strategies import FIRE, FIRESettings, RunContext
-from pbx.strategies.fire import _overlap
+from pbx.strategies.fire import Evaluation, Rounds, _overlap
 
 from conftest import ROOT, kill_after, run_toy, start_train
 
@@ -152,6 +153,36 @@ def test_a_child_is_never_a_member_being_replaced_that_round() -> None:
     # P3's members are evaluated with the config of P2's best that stays: member 3, not member 2
     assert [d.ops[-1] for d in decisions[6:8]] == ["FIRE: evaluate m4 with m3's config",
                                                    "FIRE: evaluate m5 with m3's config"]
+
+
+def test_a_p3_member_is_evaluated_with_the_config_of_p2s_best_by_fitness_and_its_child_is_found_again() -> None:
+    """P2's member 2 scores best, but member 3's weights improve fastest (its evaluator's curve): P3's evaluation
+    takes member 3's config (fitness, what P2 is selected on, as PBT-Zoo does), and the next round's decisions
+    still know member 3 as the child, from the config the evaluator took."""
+    roles = ("pop1", "pop1", "pop2", "pop2", "pop2", "pop3", "pop3", "eval", "eval", "eval", "eval")
+    curves = {0: [0, 5, 10, 20, 30, 40], 1: [0, 1, 2, 3, 4, 5], 2: [0, 1, 2, 3, 4, 6], 3: [0, 0, 0, 0, 0, 1],
+              4: [0] * 6, 5: [0] * 6, 6: [0] * 6, 10: [0] * 6,
+              # evaluators 7, 8, 9 took members 2, 3, 4 at round 2: 8's rises fastest, 9's slowest
+              7: [0, 0, 0, 1, 2, 3], 8: [0, 0, 0, 2, 4, 6], 9: [0, 0, 0, 0.1, 0.2, 0.3]}
+    starts = {7: (2, 2), 8: (2, 3), 9: (2, 4)}
+    rows = [Row(member=m, round=r, steps=20 * (r + 1), wall_s=0.0, score=float(score), test_score=float(score),
+                parent=starts.get(m, (-1, m))[1] if r == starts.get(m, (-1, m))[0] else m,
+                explored=r == starts.get(m, (-1, m))[0], config={"h": 0.1 + m / 20}, role=roles[m])
+            for m, scores in curves.items() for r, score in enumerate(scores)]
+    fire = FIRE(FIRESettings(sub_pops=[2, 3, 2], evaluators=4),
+                context=RunContext(rounds=20, pop_size=11, roles=roles))
+    history = History(SPACE.names).with_rows(rows)
+    decisions = fire.decide(history, SPACE, np.random.default_rng(0))
+    assert (decisions[4].donor, decisions[4].explored) == (3, True)  # lowest fitness (8.7 > -0.3 > -8.4)
+    p3 = [d for d in decisions if any(op.startswith("FIRE: evaluate m5") for op in d.ops)]
+    assert len(p3) == 1 and p3[0].ops[-1] == "FIRE: evaluate m5 with m3's config"
+    assert p3[0].config == history.config_of(history.latest().iloc[3])
+    # a round later the evaluation is known by the config the evaluator took: its child is member 3
+    last, decided = {row.member: row for row in rows if row.round == 5}, {d.member: d for d in decisions}
+    after = [dataclasses.replace(last[m], round=6, steps=140, parent=decided[m].donor, explored=decided[m].explored,
+                                 config=decided[m].config) for m in range(len(roles))]
+    table = Rounds(history.with_rows(after), np.array(roles))
+    assert table.evaluation(p3[0].member) == Evaluation(parent=5, child=3, start=6)
 
 
 def test_only_members_whose_scores_are_results_run_test_episodes(tmp_path: Path) -> None:

@@ -33,15 +33,15 @@ default, compares them raw, as PBT-Zoo's near-interpolating GP does); curves tha
 PBT-Zoo's do, the higher one shifted down onto the other (:meth:`FIRE._shifted_diff`); NaN scores
 are left out of curves; a member of P2 (P3, ...) whose own score is NaN has no fitness, is
 replaced and is not evaluated (the NaN policy of every strategy, :mod:`pbx.strategies.selection`); a member
-just replaced in P2 is not evaluated in the same round, nor chosen as a child; the child of an evaluation of a
-member of P3 (P4, ...) is the best member of the sub-population below by score, not by fitness (the history,
-which ``decide`` reads, holds scores; fitness is recomputed each round from the ongoing evaluations); and an
+just replaced in P2 is not evaluated in the same round, nor chosen as a child; and an
 evaluator with no member to evaluate copies the best member of P1
-until one is free. Explore is PBT's (:mod:`pbx.strategies.pbt`).
+until one is free. As in PBT-Zoo, the child of an evaluation of a member of P3 (P4, ...) is the best member of
+the sub-population below by fitness, the number that sub-population is selected on. Explore is PBT's
+(:mod:`pbx.strategies.pbt`).
 
-Everything FIRE knows is in the history (a pure ``decide``): the roles say who
-is who, an evaluator's row where it copied a P2 member starts an evaluation, and
-the child is the best P1 member of the round before.
+Everything FIRE knows is in the history and its curves (a pure ``decide``): the roles say who
+is who, an evaluator's row where it copied a member of P2 (P3, ...) starts an evaluation, and
+the child is the member of the sub-population below whose config the evaluator took.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ class FIRE(PBT):
 
         wins, ended = self._verdicts(ongoing, curves, table, pairs, history)
         ended.update({e: Ended() for e in evaluators if e not in ongoing})
-        fixed = {**wins, **self._assign(ended, ongoing, pairs, pops, roles, table, history)}
+        fixed = {**wins, **self._assign(ended, ongoing, pairs, fitness, pops, roles, table, history)}
         decisions = self.decisions(history, space, pairs, rng, fixed)
         return [_with_fitness(d, fitness) for d in decisions]
 
@@ -208,9 +208,11 @@ class FIRE(PBT):
         return copies, ended
 
     def _assign(self, ended: dict[int, Ended], ongoing: dict[int, Evaluation], pairs: dict[int, int],
-                pops: list[str], roles: np.ndarray, table: Rounds, history: History) -> dict[int, Decision]:
+                fitness: dict[int, float], pops: list[str], roles: np.ndarray, table: Rounds,
+                history: History) -> dict[int, Decision]:
         """A new task for each evaluator in ``ended`` (once every member is past burn-in): the free member of
-        P2, P3, ... that has waited longest, with the config of the best member of the sub-population below."""
+        P2, P3, ... that has waited longest, with the config of the best member of the sub-population below (P1's
+        by score, a lower one's by fitness: :meth:`_best`)."""
         if not self.selection.rules.ready(history.latest()["steps"].to_numpy()):
             return {}
         busy = {ev.parent for e, ev in ongoing.items() if e not in ended}
@@ -224,22 +226,28 @@ class FIRE(PBT):
         for e, parent in zip(sorted(ended), [*free, *[None] * len(ended)]):
             why = (ended[e].why,) if ended[e].why else ()
             if parent is None:
-                best = self._best(RESULT_ROLE, roles, table)
+                best = self._best(RESULT_ROLE, roles, table, {})
                 assigned[e] = Decision(e, best, configs[best], (*why, "FIRE: idle, copies P1's best"),
                                        explored=True, info=ended[e].info)
                 continue
             # never a member that is being replaced this round (PBT-Zoo excludes those just perturbed)
-            child = self._best(pops[pops.index(str(roles[parent])) - 1], roles, table, exclude=set(pairs))
+            child = self._best(pops[pops.index(str(roles[parent])) - 1], roles, table, fitness, exclude=set(pairs))
             assigned[e] = Decision(e, parent, configs[child],
                                    (*why, f"FIRE: evaluate m{parent} with m{child}'s config"), explored=True,
                                    info={**ended[e].info, "parent": float(parent), "child": float(child)})
         return assigned
 
     @staticmethod
-    def _best(role: str, roles: np.ndarray, table: Rounds, exclude: Collection[int] = ()) -> int:
-        """The member of ``role`` with the best score in the last round, ``exclude`` left out."""
+    def _best(role: str, roles: np.ndarray, table: Rounds, fitness: dict[int, float],
+              exclude: Collection[int] = ()) -> int:
+        """The best member of ``role``, ``exclude`` left out: P1's by its score in the last round, a parent
+        sub-population's by its ``fitness`` (what P2, P3, ... are selected on), members without one (not yet
+        evaluated) after those with one, then by score."""
         members = np.array([m for m in np.flatnonzero(roles == role) if m not in exclude])
-        return int(members[rank_best_first(table.score[table.last, members])[0]])
+        score = table.score[table.last, members]
+        fit = np.array([fitness.get(int(m), np.nan) for m in members]) if role != RESULT_ROLE else np.zeros(len(members))
+        keyed = [np.where(np.isnan(v), -np.inf, v) for v in (score, fit)]
+        return int(members[np.lexsort((-keyed[0], -keyed[1]))[0]])
 
     def _smooth(self, curve: list[float]) -> np.ndarray:
         values = np.asarray(curve, dtype=float)
@@ -335,6 +343,9 @@ class Rounds:
         self.score = frame["score"].to_numpy(dtype=float).reshape(shape)
         self.parent = frame["parent"].to_numpy(dtype=int).reshape(shape)
         self.explored = frame["explored"].to_numpy(dtype=bool).reshape(shape)
+        self.configs = [[tuple(config) for config in configs] for configs in
+                        frame[history.hp_names].to_numpy(dtype=object).reshape(*shape, len(history.hp_names))]
+        """Per round and member, the config trained with (to recognise the child an evaluator took its config from)."""
 
     def curve(self, member: int) -> list[float]:
         """The member's finite scores since its state was last exploited and explored, following the weights
@@ -361,9 +372,12 @@ class Rounds:
         if self.roles[parent] in (RESULT_ROLE, EVALUATOR_ROLE):
             return None
         below = f"pop{int(str(self.roles[parent])[3:]) - 1}"
-        # the child was chosen among the members of the sub-population below that were not being replaced then
+        # the child was chosen among the members of the sub-population below that were not being replaced then,
+        # and the evaluator took its config: the member whose config it is (the best by score among equals)
         replaced = self.explored[start] & (self.parent[start] != np.arange(len(self.roles)))
         members = np.flatnonzero((self.roles == below) & ~replaced)
+        same = [m for m in members if self.configs[start - 1][m] == self.configs[start][evaluator]]
+        members = np.array(same) if same else members
         child = int(members[rank_best_first(self.score[start - 1, members])[0]])
         return Evaluation(parent, child, start)
 
