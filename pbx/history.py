@@ -14,7 +14,11 @@ Row ``(m, r)`` describes member ``m``'s training in round ``r``:
 - ``role``: the member's part in the population (:meth:`pbx.strategies.Strategy.roles`):
   ``pop1`` for a member that is a result (every member of most strategies), FIRE's
   ``pop2``, ``pop3``, ... for its parent sub-populations and ``eval`` for its
-  evaluators, whose scores are never results (:func:`results`).
+  evaluators, whose scores are never results (:func:`results`);
+- ``carried``: whether ``score`` is carried over from the round before, because no training episode
+  both started and ended in this one (a policy whose episodes outlast the round, say CartPole's 500
+  steps): the member's state was last scored so (its own row, or its donor's after a copy). A member
+  that diverged scores NaN instead, the worst (see the NaN policy).
 
 The scores each member took *within* a round (its curve) are kept beside the
 history, in ``curves.csv`` (:mod:`pbx.curves`), and travel with it: :attr:`History.curves`.
@@ -45,11 +49,14 @@ from pbx.errors import UsageError
 from pbx.files import fsync_dir
 from pbx.space import Categorical, Integer, Space, Value
 
-BASE_COLUMNS = ["member", "round", "steps", "wall_s", "score", "test_score", "parent", "explored", "role"]
+BASE_COLUMNS = ["member", "round", "steps", "wall_s", "score", "test_score", "parent", "explored", "role", "carried"]
 RESULT_ROLE = "pop1"
 """The role of members whose scores are results: the best member, the report and replays consider these only."""
 EVALUATOR_ROLE = "eval"
 """FIRE's evaluators: they train one sub-population's weights with another's config to compare the two."""
+_ADDED = {"role": ("explored", RESULT_ROLE), "carried": ("role", "False")}
+"""Columns a later pbx added, for reading older files: the column each follows, and the value every row then had
+(every member was a result; no score was carried)."""
 _INT_COLUMNS = ("member", "round", "steps", "parent")
 _FLOAT_COLUMNS = ("wall_s", "score", "test_score")
 
@@ -68,6 +75,7 @@ class Row:
     explored: bool
     config: Mapping[str, Value]
     role: str = RESULT_ROLE
+    carried: bool = False
     curve: tuple[Point, ...] = ()
     """The scores taken within the round (:mod:`pbx.curves`), finite ones only."""
 
@@ -75,7 +83,7 @@ class Row:
         record: dict[str, object] = {
             "member": self.member, "round": self.round, "steps": self.steps, "wall_s": self.wall_s,
             "score": self.score, "test_score": self.test_score, "parent": self.parent,
-            "explored": self.explored, "role": self.role,
+            "explored": self.explored, "role": self.role, "carried": self.carried,
         }
         record.update({name: self.config[name] for name in hp_names})
         return record
@@ -257,14 +265,15 @@ def read_csv(path: Path | str, space: Space | None = None) -> pd.DataFrame:
     except (OSError, UnicodeDecodeError) as err:
         raise UsageError(f"{path}: not a readable pbx history file ({err})") from None
     rows = list(csv.reader(io.StringIO(text[:text.rfind("\n") + 1])))
-    missing = [c for c in BASE_COLUMNS if c != "role" and c not in (rows[0] if rows else [])]
+    missing = [c for c in BASE_COLUMNS if c not in _ADDED and c not in (rows[0] if rows else [])]
     if missing:
         raise UsageError(f"{path}: not a pbx history file (missing columns {missing})")
     header, body = rows[0], rows[1:]
-    if "role" not in header:  # written before roles: every member was a result
-        at = header.index("explored") + 1
-        header = [*header[:at], "role", *header[at:]]
-        body = [[*row[:at], RESULT_ROLE, *row[at:]] for row in body]
+    for column, (after, value) in _ADDED.items():  # a file written before the column: its value then
+        if column not in header:
+            at = header.index(after) + 1
+            header = [*header[:at], column, *header[at:]]
+            body = [[*row[:at], value, *row[at:]] for row in body]
     for number, row in enumerate(body, start=1):
         if len(row) != len(header):
             raise UsageError(f"{path}: row {number} has {len(row)} fields, not {len(header)}: the file is damaged "
@@ -283,6 +292,7 @@ def _typed(frame: pd.DataFrame, space: Space | None = None) -> pd.DataFrame:
     for col in _FLOAT_COLUMNS:
         frame[col] = frame[col].astype(np.float64)
     frame["explored"] = frame["explored"].map(_bool).astype(bool)
+    frame["carried"] = frame["carried"].map(_bool).astype(bool)
     frame["role"] = frame["role"].astype(str)
     for col in frame.columns[len(BASE_COLUMNS):]:
         if pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(frame[col]):
@@ -331,7 +341,7 @@ def _bool(value: object) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if value not in ("True", "False"):  # text read from a file: exactly what _format writes
-        raise ValueError(f"explored takes True or False, not {value!r}")
+        raise ValueError(f"explored and carried take True or False, not {value!r}")
     return value == "True"
 
 

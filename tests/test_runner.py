@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Callable
@@ -11,8 +12,10 @@ import pandas as pd
 import pytest
 
 from pbx.history import read_csv
+from pbx.members import Diverged, ToyMember, register
+from pbx.strategies.observations import intervals
 
-from conftest import kill_after, run_toy, start_train
+from conftest import kill_after, run_toy, start_train, toy_config
 
 def _without_wall(path: Path) -> pd.DataFrame:
     return read_csv(path).drop(columns="wall_s")
@@ -181,3 +184,46 @@ def test_the_round_line_shows_the_test_score_of_the_best_member_on_train() -> No
 
     keep = [Decision(m, m, {}) for m in range(3)]
     assert round_line(0, 3, nothing, keep).endswith("no exploit: no member has a score")
+
+
+class _Gappy(ToyMember):
+    """The toy, but member 1 ends no episode in rounds 2 and 3 (a NaN score, no divergence), member 2 diverges in
+    round 3, and member 3 ends none in round 0 (nothing to carry yet)."""
+
+    def train(self, steps: int) -> float:
+        score = super().train(steps)
+        round_ = self.steps // steps - 1
+        if (self.context.index, round_) in ((1, 2), (1, 3), (3, 0)):
+            self._curve = []
+            return math.nan
+        if (self.context.index, round_) == (2, 3):
+            raise Diverged("weights are not finite")
+        return score
+
+
+def test_a_round_without_an_episode_carries_the_last_score_and_a_diverged_member_scores_nan(tmp_path) -> None:
+    """NaN says two things: diverged (the worst, kept NaN) or no episode ended (a policy whose episodes outlast the
+    round): the latter carries the score its state last had, marked, so selection does not take a member too good
+    to finish an episode for the worst, and no PB2 rate starts or ends at a carried score."""
+    register(_Gappy, "toy-gappy")
+    history = run_toy(tmp_path / "run", env="toy-gappy", search="none", max_budget=24)
+    frame = history.frame.set_index(["member", "round"])
+    assert frame.loc[(1, 2), "score"] == frame.loc[(1, 3), "score"] == frame.loc[(1, 1), "score"]
+    assert frame.loc[(1, 2), "carried"] and frame.loc[(1, 3), "carried"] and not frame.loc[(1, 4), "carried"]
+    assert math.isnan(frame.loc[(2, 3), "score"]) and not frame.loc[(2, 3), "carried"]
+    assert math.isnan(frame.loc[(3, 0), "score"]) and not frame.loc[(3, 0), "carried"]  # nothing to carry yet
+    assert frame["carried"].sum() == 2
+    assert read_csv(tmp_path / "run" / "history.csv")["carried"].sum() == 2  # on disk too
+    # PB2's intervals: 4 members x 5 rounds after the first, less member 1's rounds 2 to 4 (to or from a carried
+    # score), member 2's 3 and 4 (to or from NaN) and member 3's round 1 (from NaN)
+    cfg = toy_config(env="toy-gappy")
+    assert len(intervals(history, cfg.space, window=100).rate) == 4 * 5 - 3 - 2 - 1
+
+
+def test_a_history_written_before_carried_scores_reads_as_none_carried(tmp_path) -> None:
+    history = run_toy(tmp_path / "run", search="PBT", max_budget=8)
+    path = tmp_path / "run" / "history.csv"
+    old = read_csv(path).drop(columns="carried")
+    old.to_csv(path, index=False)
+    again = read_csv(path)
+    assert not again["carried"].any() and list(again.columns) == list(history.frame.columns)

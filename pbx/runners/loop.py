@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ class Trained:
     config: Config
     note: str = ""
     """Why ``score`` is NaN (no episode to score, diverged), for the round line."""
+    diverged: bool = False
+    """Whether the member's numbers went non-finite (its score stays NaN, the worst; otherwise a NaN score is
+    carried over from the round before: :meth:`RoundLoop._rows`)."""
     curve: tuple[tuple[int, float], ...] = ()
     """The scores taken within the round, ``(steps, score)`` (:meth:`pbx.members.Member.curve`), finite ones."""
 
@@ -217,9 +221,13 @@ class RoundLoop:
                 wall_s: float) -> list[Decision]:
         """Write round ``r`` to the history and print its line; the decisions taken after it (coordinator only)."""
         assert recorder is not None
-        history = recorder.round_done(self._rows(r, trained, wall_s))
+        history = recorder.round_done(self._rows(recorder.history, r, trained, wall_s))
         decisions = self._decide(history, r) if r + 1 < self.cfg.run.rounds else []
-        recorder.decided(r, decisions, {t.member: t.note for t in trained if t.note})
+        notes = {t.member: t.note for t in trained if t.note}
+        for row in history.round(r).itertuples():
+            if row.carried:
+                notes[row.member] = "; ".join(filter(None, (notes.get(row.member), "its last score carried")))
+        recorder.decided(r, decisions, notes)
         return decisions
 
     def _redecide(self, recorder: RunRecorder | None, last: int) -> list[Decision]:
@@ -229,14 +237,22 @@ class RoundLoop:
         recorder.record_decisions(last, decisions)
         return decisions
 
-    def _rows(self, r: int, trained: Sequence[Trained], wall_s: float) -> list[Row]:
+    def _rows(self, history: History, r: int, trained: Sequence[Trained], wall_s: float) -> list[Row]:
+        """The round's history rows. A member that scored NaN without diverging (no training episode both
+        started and ended in the round: a policy whose episodes outlast it) carries the score its state had,
+        its parent's in the round before, so that a member too good to finish an episode is not taken for the
+        worst; a member that diverged keeps NaN, the worst."""
+        before = history.round(r - 1).set_index("member")["score"] if r > 0 else None
         rows = []
         roles = self.cfg.roles()
         for t in trained:
             parent, explored = self.lineage[t.member]
-            rows.append(Row(member=t.member, round=r, steps=t.steps, wall_s=wall_s, score=t.score,
+            score, carried = t.score, False
+            if math.isnan(score) and not t.diverged and before is not None and math.isfinite(before[parent]):
+                score, carried = float(before[parent]), True
+            rows.append(Row(member=t.member, round=r, steps=t.steps, wall_s=wall_s, score=score,
                             test_score=t.test_score, parent=parent, explored=explored, config=t.config,
-                            role=roles[t.member], curve=t.curve))
+                            role=roles[t.member], carried=carried, curve=t.curve))
         return rows
 
     def _decide(self, history: History, r: int) -> list[Decision]:

@@ -79,19 +79,19 @@ class LocalExecutor(Executor):
         try:
             # The steps left to the round's planned end: the round's planned steps, unless the member's rollout
             # length changed (a member ahead of the plan still trains, and PPO trains one rollout at least).
-            score, note = finite_or_nan(member.train(max(until - member.steps, 1))), ""
+            score, note, diverged = finite_or_nan(member.train(max(until - member.steps, 1))), "", False
             curve = tuple((int(steps), float(value)) for steps, value in member.curve() if math.isfinite(value))
             if math.isnan(score):
                 note = member.score_note()
         except Diverged as err:
             # The member put its last good learner state back; a NaN score gets it replaced by a donor.
-            score, note, curve = float("nan"), f"diverged ({err})", ()
+            score, note, curve, diverged = float("nan"), f"diverged ({err})", (), True
         advance(member.steps - before)
         due = test_seed is not None and i in self.tested
         test_score = finite_or_nan(member.evaluate(test_seed)) if due else float("nan")
         member.save(self.run_dir.checkpoint(i, round_))
         return Trained(member=i, steps=member.steps, score=score, test_score=test_score, config=member.config,
-                       note=note, curve=curve)
+                       note=note, diverged=diverged, curve=curve)
 
     def apply(self, decisions: Sequence[Decision], round_: int) -> None:
         self.apply_from(decisions, lambda donor: self.run_dir.checkpoint(donor, round_))

@@ -343,6 +343,7 @@ class Rounds:
         self.score = frame["score"].to_numpy(dtype=float).reshape(shape)
         self.parent = frame["parent"].to_numpy(dtype=int).reshape(shape)
         self.explored = frame["explored"].to_numpy(dtype=bool).reshape(shape)
+        self.carried = frame["carried"].to_numpy(dtype=bool).reshape(shape)
         self.configs = [[tuple(config) for config in configs] for configs in
                         frame[history.hp_names].to_numpy(dtype=object).reshape(*shape, len(history.hp_names))]
         """Per round and member, the config trained with (to recognise the child an evaluator took its config from)."""
@@ -354,7 +355,8 @@ class Rounds:
         rounds = []
         r = self.last
         while r >= 0:
-            rounds.append(self.points.get((r, member), [self.score[r, member]]))
+            own = [] if self.carried[r, member] else [self.score[r, member]]  # a carried score is no new point
+            rounds.append(self.points.get((r, member), own))
             if self.explored[r, member]:
                 break
             member = self.parent[r, member]

@@ -45,12 +45,14 @@ class Intervals:
 
 
 def intervals(history: History, space: Space, window: int) -> Intervals:
-    """The most recent ``window`` intervals with a finite improvement rate.
+    """The most recent ``window`` intervals with a finite improvement rate (none to or from a carried score).
 
     Row ``(m, r)``, ``r >= 1``, ran with its own config from the end-of-round state
     of ``(parent, r - 1)``, so that row gives the start time and score.
     """
-    frame = history.frame
+    # A carried score (no episode ended in the round, pbx.history) says nothing of the round's improvement: no
+    # rate starts or ends at one.
+    frame = history.frame.assign(score=history.frame["score"].where(~history.frame["carried"]))
     start = frame[["member", "round", "steps", "score"]].rename(
         columns={"member": "parent", "steps": "t", "score": "before"})
     start["round"] += 1

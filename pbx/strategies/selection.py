@@ -3,7 +3,8 @@
 Members are ranked by :func:`pbx.history.rank_best_first` (NaN last, ties in
 member order). Copying needs information, so every rule follows one policy:
 
-- a NaN member (diverged, or no episode to score) is never a donor;
+- a NaN member (diverged, or no score yet; a round without an episode to score carries the last one,
+  :mod:`pbx.history`) is never a donor;
 - a member copies only a donor with a better score, by more than the replace
   margin (:class:`ExploitRules`; none by default: strictly better), so tied or
   all-NaN scores copy nothing (the member id must never decide a copy);
