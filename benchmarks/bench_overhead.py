@@ -42,6 +42,7 @@ import numpy as np
 from pbx.envs import ProcgenVecEnv  # isort: skip
 from procgen import ProcgenEnv
 from stable_baselines3 import PPO
+from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import VecNormalize
 
@@ -49,6 +50,7 @@ from pbx.config import resolve
 from pbx.members.base import MemberContext
 from pbx.members.impala import ImpalaPolicy
 from pbx.members.ppo import PPOMember, PPOSettings
+from pbx.members.sb3 import SB3Member
 from pbx.run_dir import RunDir
 from pbx.runners.sync import SyncRunner
 
@@ -116,7 +118,8 @@ def member_vs_sb3(repeats: int) -> Row:
     return train_side_by_side(member, plain, steps, repeats)
 
 
-def train_side_by_side(member: PPOMember, plain: PPO, steps: int, repeats: int) -> Row:
+def train_side_by_side(member: SB3Member, plain: BaseAlgorithm, steps: int, repeats: int,
+                       name: str = "(a) PPOMember.train / SB3 PPO.learn") -> Row:
     """``member.train(steps)`` against ``plain.learn(steps)`` (:func:`alternate`); target >= 0.95."""
     # As the member does: without a logger of its own, SB3 makes a temp folder per learn() call.
     plain.set_logger(Logger(folder=None, output_formats=[]))
@@ -129,7 +132,7 @@ def train_side_by_side(member: PPOMember, plain: PPO, steps: int, repeats: int) 
         plain.learn(steps, reset_num_timesteps=False)
         return steps
 
-    return alternate("(a) PPOMember.train / SB3 PPO.learn", ours, baseline, repeats, 0.95)
+    return alternate(name, ours, baseline, repeats, 0.95)
 
 
 def adapter_vs_procgen(repeats: int) -> Row:

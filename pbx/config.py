@@ -55,6 +55,9 @@ class RunSettings:
     env: str = "bigfish"
     """``toy``, ``toy-cat`` (the toy with a categorical optimiser), ``toy-deceptive``, a ProcGen game
     (``bigfish``) or a gymnasium id (``CartPole-v1``)."""
+    algo: str = "ppo"
+    """The Stable-Baselines3 agent a member trains: ``ppo``, ``a2c``, ``sac``, ``td3`` or ``dqn``
+    (:data:`pbx.members.ALGOS`); toys and registered members train their own."""
     search: str = "PBT"
     """Strategy: ``none``, ``random``, ``PBT``, ``PB2`` or ``FIRE`` (``replay``: a stored schedule,
     :mod:`pbx.replay`)."""
@@ -96,6 +99,7 @@ class RunSettings:
     ``collective`` (one broadcast per donor; suits winner-takes-all)."""
 
     def __post_init__(self) -> None:
+        self.algo = self.algo.lower()
         if self.pop_size < 1:
             raise UsageError(f"pop_size must be at least 1, got {self.pop_size}")
         if self.t_ready is not None and self.t_ready <= 0:
@@ -229,6 +233,7 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
     run_fields = _field_names(RunSettings)
     run_raw = {**merged["run"], **{k: v for k, v in flat.items() if k in run_fields}}
     env = str(run_raw.get("env", RunSettings.env))
+    algo = run_raw["algo"] = str(run_raw.get("algo", RunSettings.algo)).lower()
     search = canonical_search(run_raw.get("search", RunSettings.search))
     run_raw["search"] = search
     strat_cls = strategy_class(search)
@@ -239,8 +244,8 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
     cat_exp = flat.get("strategy.cat_exp", flat.get("cat_exp", merged["strategy"].get("cat_exp")))
     bandit = cat_exp is not None and canonical_cat_exp(cat_exp, CAT_EXPS, search) in BANDITS
     space_source, space = _load_space(flat.get("run.space", run_raw.get("space")),
-                                      lambda: space_file(env, bandit), None if named_space else space_spec)
-    member_cls = member_class(env, [*space.names, *member_input])
+                                      lambda: space_file(env, bandit, algo), None if named_space else space_spec)
+    member_cls = member_class(env, [*space.names, *member_input], algo)
     run_raw = {**member_cls.run_defaults(env), **run_raw}
 
     sections = {"run": RunSettings, "strategy": strat_cls.settings_cls, "member": member_cls.settings_cls}
@@ -268,6 +273,8 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
 
     _refuse_searched(member_input, member_cls.settings_cls, space, space_source)
     member_cls.validate(space, member, run.device)
+    # Off-policy agents' replay buffers, allocated whole for every member on the machine, must fit in its memory.
+    member_cls.check_population(env, run.pop_size, member)
     strat_cls.validate(strategy, space)
     return RunConfig(run, strategy, member, space, space_source, member_cls, strat_cls)
 

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 RUN_FLAGS: list[tuple[tuple[str, ...], str, type, str]] = [
     (("--env",), "env", str, "toy, toy-cat, toy-deceptive, a ProcGen game (bigfish, coinrun, ...) or a gymnasium id "
                              "(CartPole-v1)"),
+    (("--algo",), "algo", str, "the Stable-Baselines3 agent on a gymnasium id: ppo, a2c, sac, td3 or dqn "
+                               "(ProcGen games and toys: their own)"),
     (("--search",), "search", str, "strategy: none (fixed baseline; also Fixed), random, PBT, PB2 or FIRE, any case; "
                                      "replay (a stored schedule) is written by python -m pbx.replay"),
     (("--selection",), "selection", str, "exploit rule: truncation (bottom quantile copies top), wta (all copy the "

@@ -348,12 +348,12 @@ def test_a_resume_on_another_device_keeps_each_members_own_streams(tmp_path: Pat
     """--resume -m device=...: a CPU checkpoint resumed on a GPU gets a CUDA stream of the member's own (the
     GPU is mocked: the seeding is recorded); a GPU checkpoint resumed on the CPU drops its CUDA stream and
     trains on, its CPU streams restored as they were saved."""
-    import pbx.members.ppo as ppo
+    import pbx.members.sb3_checkpoint as sb3_checkpoint
 
     member = make_member(seed=3, env="CartPole-v1", config=CLASSIC_CONFIG)
     member.train(ROLLOUT)
     member.save(tmp_path / "cpu.pt")
-    monkeypatch.setattr(ppo, "seeded_cuda_state", lambda seed: seed)  # the seed stands for the state
+    monkeypatch.setattr(sb3_checkpoint, "seeded_cuda_state", lambda seed: seed)  # the seed stands for the state
     streams = []
     for seed in (3, 4):
         on_gpu = make_member(seed=seed, env="CartPole-v1", config=CLASSIC_CONFIG)

@@ -20,12 +20,12 @@ with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
     import procgen  # noqa: F401
 
 from pbx.envs.families import PROCGEN, Family, check_installed, gym_family
-from pbx.envs.gym import GymVecEnv, is_registered, make_gym_env
+from pbx.envs.gym import GymVecEnv, is_registered, make_gym_env, observation_and_action_spaces
 from pbx.envs.procgen import DISTRIBUTION_MODES, GAMES, ProcgenVecEnv
 from pbx.errors import UsageError
 
 __all__ = ["DISTRIBUTION_MODES", "GAMES", "Family", "GymVecEnv", "ProcgenVecEnv", "StatefulVecEnv", "check_env",
-           "family", "is_procgen", "make_env"]
+           "family", "is_procgen", "make_env", "observation_and_action_spaces"]
 
 StatefulVecEnv = ProcgenVecEnv | GymVecEnv
 

@@ -6,6 +6,7 @@ episodes the same way the ProcGen adapter does (``info["episode"]``).
 
 from __future__ import annotations
 
+import functools
 import pickle
 from typing import Any
 
@@ -21,6 +22,17 @@ def is_registered(env_id: str) -> bool:
     except gymnasium.error.Error:
         return False
     return True
+
+
+@functools.lru_cache(maxsize=None)
+def observation_and_action_spaces(env_id: str) -> tuple[gymnasium.Space, gymnasium.Space]:
+    """The observation and action spaces of a registered gymnasium id (one env built and closed), for checks
+    made before any member exists (which agent can act in it, how large its replay buffer is)."""
+    env = gymnasium.make(env_id)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
 
 
 class GymVecEnv(DummyVecEnv):

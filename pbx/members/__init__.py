@@ -1,21 +1,33 @@
 """What a population trains: the member contract and the member types.
 
 ``--env toy`` trains the PBT paper's toy problem (``toy-cat``: with a categorical
-"optimiser"); any other ``--env`` (a ProcGen game or a gymnasium id) trains
-Stable-Baselines3 PPO, with DrAC's augmentation regulariser when the run's space
-or member settings hold its hyperparameters (:data:`AUGMENTATION`). The PPO
-members are imported only when asked for, so toy runs never pay for importing torch.
+"optimiser"); any other ``--env`` (a ProcGen game or a gymnasium id) trains the
+Stable-Baselines3 agent ``--algo`` names (:data:`ALGOS`): PPO by default, with DrAC's
+augmentation regulariser when the run's space or member settings hold its
+hyperparameters (:data:`AUGMENTATION`). The SB3 members are imported only when asked
+for, so toy runs never pay for importing torch.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Iterable
 
+from pbx.errors import UsageError
 from pbx.members.base import Diverged, Member, MemberContext, MemberSettings
 from pbx.members.toy import TOY_ENVS, ToyMember
 
-__all__ = ["AUGMENTATION", "Diverged", "Member", "MemberContext", "MemberSettings", "ToyMember", "member_class",
-           "register", "space_file"]
+__all__ = ["ALGOS", "AUGMENTATION", "Diverged", "Member", "MemberContext", "MemberSettings", "ToyMember",
+           "algo_class", "check_algo", "member_class", "register", "space_file"]
+
+ALGOS: dict[str, str] = {
+    "ppo": "pbx.members.ppo:PPOMember",
+    "a2c": "pbx.members.a2c:A2CMember",
+    "sac": "pbx.members.sac:SACMember",
+    "td3": "pbx.members.td3:TD3Member",
+    "dqn": "pbx.members.dqn:DQNMember",
+}
+"""``--algo`` names and the SB3 member each trains (``module:class``, imported when asked for)."""
 
 REGISTERED: dict[str, type[Member]] = {}
 """Members added with :func:`register`, by ``--env`` name; looked up before the built-in ones."""
@@ -34,19 +46,39 @@ AUGMENTATION = ("aug_type", "aug_coef")
 :class:`pbx.members.drac.DrACMember`."""
 
 
-def member_class(env: str, hyperparameters: Iterable[str] = ()) -> type[Member]:
-    """The member type that trains on ``env``; raises UsageError for an env nothing can train on.
+def check_algo(algo: str) -> None:
+    """Raise UsageError unless ``algo`` is an ``--algo`` name (without importing its member)."""
+    if algo not in ALGOS:
+        raise UsageError(f"unknown --algo {algo!r}: use one of {', '.join(ALGOS)}")
+
+
+def algo_class(algo: str) -> type[Member]:
+    """The SB3 member ``--algo`` names; raises UsageError for a name it is not."""
+    check_algo(algo)
+    module, name = ALGOS[algo].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def member_class(env: str, hyperparameters: Iterable[str] = (), algo: str = "ppo") -> type[Member]:
+    """The member type that trains on ``env``; raises UsageError for an env nothing can train on, or that
+    ``algo`` cannot act in.
 
     ``hyperparameters``: the names the run's search space and member settings hold.
     """
-    if env in REGISTERED:
-        return REGISTERED[env]
-    if env in TOY_ENVS:
-        return ToyMember
-    if env == "toy-deceptive":
+    check_algo(algo)
+    if env in REGISTERED or env in TOY_ENVS or env == "toy-deceptive":
+        if algo != "ppo":
+            raise UsageError(f"--algo {algo} trains an SB3 agent on a gymnasium id; {env} trains its own member: "
+                             f"leave --algo out")
+        if env in REGISTERED:
+            return REGISTERED[env]
+        if env in TOY_ENVS:
+            return ToyMember
         from pbx.members.toy_deceptive import DeceptiveToyMember
 
         return DeceptiveToyMember
+    if algo != "ppo":
+        return _agent(algo_class(algo), env, algo, hyperparameters)
     from pbx.members.ppo import PPOMember
 
     PPOMember.check_env(env)
@@ -58,7 +90,24 @@ def member_class(env: str, hyperparameters: Iterable[str] = ()) -> type[Member]:
     return PPOMember
 
 
-def space_file(env: str, bandit: bool = False) -> str:
+def _agent(cls: type[Member], env: str, algo: str, hyperparameters: Iterable[str]) -> type[Member]:
+    """``cls``, the member ``algo`` names, once it is known to train on ``env`` and to act in its action space."""
+    from pbx.envs import observation_and_action_spaces
+    from pbx.members.sb3 import SB3Member
+
+    assert issubclass(cls, SB3Member)
+    cls.check_env(env)
+    if set(hyperparameters) & set(AUGMENTATION):
+        raise UsageError(f"aug_type and aug_coef are DrAC's, a PPO on ProcGen games; --algo {algo} has neither")
+    _, action_space = observation_and_action_spaces(env)
+    if not cls.acts_in(action_space):
+        able = [name for name in ALGOS if algo_class(name).acts_in(action_space)]  # type: ignore[attr-defined]
+        raise UsageError(f"--algo {algo} cannot act in {env}'s action space {action_space}: use --algo "
+                         f"{', '.join(able[:-1])} or {able[-1]}")
+    return cls
+
+
+def space_file(env: str, bandit: bool = False, algo: str = "ppo") -> str:
     """The search space (a file under ``search_spaces/``) of a run on ``env`` that names none.
 
     ``bandit``: a bandit picks the run's categories (``--cat_exp`` exp3, exp3_indep or
@@ -67,8 +116,8 @@ def space_file(env: str, bandit: bool = False) -> str:
     ``fixed`` take the env's own space, as leaving ``--cat_exp`` out does: DrAC comes only
     from a bandit, a space with an augmentation, or an explicit setting.
     """
-    cls = member_class(env)
-    if bandit and env not in REGISTERED and cls is not ToyMember:
+    cls = member_class(env, algo=algo)
+    if bandit and algo == "ppo" and env not in REGISTERED and cls is not ToyMember:
         from pbx.envs import is_procgen
         from pbx.members.drac import DrACMember
 

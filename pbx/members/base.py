@@ -126,6 +126,11 @@ class Member(ABC):
         a second, not after the first round.
         """
 
+    @classmethod
+    def check_population(cls, env: str, pop_size: int, settings: MemberSettings) -> None:
+        """Raise :class:`UsageError` for a population this member type cannot hold on one machine (an off-policy
+        agent's replay buffers, allocated whole per member, must fit in memory). By default any population can."""
+
     def __init__(self, context: MemberContext, settings: MemberSettings, config: Config) -> None:
         """Build a fresh learner that will train with ``config`` (call :meth:`apply` at the end)."""
         self.context = context

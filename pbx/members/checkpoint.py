@@ -15,8 +15,9 @@ CHECKPOINT_FORMAT = 1
 """Bumped when a checkpoint's meaning changes; keys added since (``obs_norm``) are read with defaults."""
 
 
-def read_checkpoint(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
-    """A checkpoint's state; anything unreadable is one :class:`UsageError` naming the file and the way out."""
+def read_checkpoint(path: Path, keys: tuple[str, ...], algo: str = "ppo") -> dict[str, Any]:
+    """A checkpoint's state of an ``algo`` member (an ``--algo`` name); anything unreadable, or a checkpoint of
+    another algorithm, is one :class:`UsageError` naming the file and the way out."""
     fix = "the run folder is damaged: restore the file, or start a new run"
     if not path.is_file():
         raise UsageError(f"{path}: missing checkpoint; {fix}")
@@ -30,7 +31,11 @@ def read_checkpoint(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
         raise UsageError(f"{path}: unreadable checkpoint ({reason}); {fix}") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise UsageError(f"{path}: not a pbx PPO checkpoint of format {CHECKPOINT_FORMAT} (found {found!r}); {fix}")
+        raise UsageError(f"{path}: not a pbx {algo.upper()} checkpoint of format {CHECKPOINT_FORMAT} (found {found!r}); "
+                         f"{fix}")
+    trained = state.get("algo", "ppo")  # written before other agents existed: PPO's
+    if trained != algo:
+        raise UsageError(f"{path}: a checkpoint of --algo {trained}, not {algo}; {fix}")
     missing = [key for key in keys if key not in state]
     if missing:
         raise UsageError(f"{path}: checkpoint lacks {missing}; {fix}")

@@ -1,77 +1,52 @@
 """The PPO member's settings: the ProcGen paper's PPO by default, each value checked where it comes in.
 
-:class:`PPOSettings` holds every setting of :class:`~pbx.members.ppo.PPOMember`; the
-hyperparameters among them (``PPOSettings.hyperparameters``) a search space may change while
-the agent trains. ``domains`` maps each setting to its valid values, so one table validates
-settings, search spaces and configs alike, and a subclass (DrAC's) adds its own rows.
+:class:`PPOSettings` holds every setting of :class:`~pbx.members.ppo.PPOMember`: the shared ones of
+:class:`~pbx.members.sb3_settings.SB3Settings` at the ProcGen paper's values, PPO's own, and ProcGen's
+levels; the hyperparameters among them (``PPOSettings.hyperparameters``) a search space may change while
+the agent trains. The table of valid values is :data:`~pbx.members.sb3_settings.DOMAINS`, with PPO's and
+ProcGen's rows added here, so a subclass (DrAC's) adds its own rows the same way.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Callable, ClassVar, Mapping, Optional
+from typing import Any, ClassVar, Mapping, Optional
 
 from pbx.envs import DISTRIBUTION_MODES
 from pbx.errors import UsageError
-from pbx.members.base import MemberSettings
+from pbx.members.sb3_settings import DOMAINS, Domain, SB3Settings, finite_number, non_negative_int
 from pbx.members.update import VALUE_LOSSES
-from pbx.space import Categorical, Continuous, Integer, Space
+from pbx.space import Categorical, Continuous, Space
 
-INTEGER_HYPERPARAMETERS = ("n_epochs", "batch_size", "n_steps")
+__all__ = ["PPOSettings", "check_rollouts", "finite_number", "fit_rollout"]
+
 _TIED = ("{} has no effect with value_loss: reference, which clips the value with clip_range as the "
          "reference PPO does; use value_loss: sb3 for SB3's own value clipping")
 
-
-def _positive_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-
-def _non_negative_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def finite_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-_DOMAINS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "n_envs": (_positive_int, "a positive integer"),
-    "n_steps": (_positive_int, "a positive integer"),
-    "batch_size": (lambda v: _positive_int(v) and v > 1, "an integer above 1"),
-    "n_epochs": (_positive_int, "a positive integer"),
-    "gamma": (lambda v: finite_number(v) and 0 < v <= 1, "in (0, 1]"),
-    "gae_lambda": (lambda v: finite_number(v) and 0 <= v <= 1, "in [0, 1]"),
-    "learning_rate": (lambda v: finite_number(v) and v > 0, "a number above 0"),
-    "ent_coef": (lambda v: finite_number(v) and v >= 0, "a number >= 0"),
+_DOMAINS: dict[str, Domain] = {
+    **DOMAINS,
+    "n_epochs": (DOMAINS["n_steps"][0], "a positive integer"),
     "clip_range": (lambda v: finite_number(v) and v > 0, "a number above 0"),
     "clip_range_vf": (lambda v: v is None or (finite_number(v) and v > 0), "a number above 0 or None"),
-    "vf_coef": (lambda v: finite_number(v) and v >= 0, "a number >= 0"),
-    "max_grad_norm": (lambda v: finite_number(v) and v > 0, "a number above 0"),
-    "normalize_reward": (lambda v: isinstance(v, bool), "true or false"),
-    "normalize_obs": (lambda v: isinstance(v, bool), "true or false"),
-    "net_arch": (lambda v: v is None or (isinstance(v, list) and len(v) > 0 and all(_positive_int(n) for n in v)),
-                 "a list of positive layer sizes such as [32, 32], or null (SB3's [64, 64])"),
-    "num_levels": (_non_negative_int, "an integer >= 0"),
-    "start_level": (_non_negative_int, "an integer >= 0"),
+    "num_levels": (non_negative_int, "an integer >= 0"),
+    "start_level": (non_negative_int, "an integer >= 0"),
     "distribution_mode": (lambda v: v in DISTRIBUTION_MODES, f"one of {', '.join(DISTRIBUTION_MODES)}"),
-    "eval_episodes": (_non_negative_int, "an integer >= 0 (0: no evaluation)"),
-    "eval_max_steps": (_positive_int, "a positive integer"),
-    "deterministic": (lambda v: isinstance(v, bool), "true or false"),
-    "eval_n_envs": (lambda v: v is None or _positive_int(v), "a positive integer or None"),
     "value_loss": (lambda v: v in VALUE_LOSSES, f"one of {', '.join(VALUE_LOSSES)}"),
 }
 
 
 @dataclass
-class PPOSettings(MemberSettings):
+class PPOSettings(SB3Settings):
     """PPO and env settings; fixed for the run unless the search space names them (see ``hyperparameters``)."""
 
+    agent: ClassVar[str] = "PPO"
     hyperparameters: ClassVar[tuple[str, ...]] = (
         "learning_rate", "clip_range", "clip_range_vf", "ent_coef", "vf_coef", "max_grad_norm", "gamma",
         "gae_lambda", "n_epochs", "batch_size", "n_steps")
     """Settings a search space may explore: :meth:`PPOMember.apply` changes them while the agent trains."""
-    domains: ClassVar[Mapping[str, tuple[Callable[[Any], bool], str]]] = _DOMAINS
+    integers: ClassVar[tuple[str, ...]] = ("n_epochs", "batch_size", "n_steps")
+    domains: ClassVar[Mapping[str, Domain]] = _DOMAINS
     """Each setting's valid values and how an error message names them (a subclass adds its own settings)."""
 
     n_envs: int = 64
@@ -107,10 +82,6 @@ class PPOSettings(MemberSettings):
     """Gradient norm clip."""
     normalize_reward: bool = True
     """Scale rewards by a running std of discounted returns (``VecNormalize(norm_obs=False)``)."""
-    normalize_obs: bool = False
-    """Normalise observations by their running mean and std (``VecNormalize(norm_obs=True)``, RLlib's
-    ``MeanStdFilter``); the statistics are part of the learner: saved in the checkpoint, copied with the weights
-    on an exploit, frozen when testing. On by default for continuous control; not for images (ProcGen)."""
     net_arch: Optional[list[int]] = None
     """The MLP policy's hidden layers, the same for the policy and the value network (SB3's ``net_arch``; the
     PB2 paper's PPO is [32, 32]); None: SB3's [64, 64]. ProcGen's IMPALA CNN has its own."""
@@ -122,61 +93,16 @@ class PPOSettings(MemberSettings):
     """ProcGen difficulty, for the train and the test env."""
     eval_episodes: int = 100
     """Finished test episodes averaged by :meth:`PPOMember.evaluate`; 0 turns evaluation off."""
-    eval_n_envs: Optional[int] = None
-    """Envs in the test env; None = one per episode (all episodes at once, no bias to short ones)."""
-    eval_max_steps: int = 100_000
-    """Cap on a test run's vector steps, so an env without a time limit cannot hang the run; a test run
-    that reaches it before ``eval_episodes`` episodes finish scores NaN, with a warning."""
-    deterministic: bool = False
-    """Make GPU training reproducible (cuDNN and cuBLAS deterministic kernels), at their cost in speed.
-
-    Without it, runs and resumes reproduce bit for bit only on the CPU with the same
-    thread count (all cores, shared among local MPI ranks): GPU kernels may sum in
-    any order. With it, torch refuses nondeterministic kernels and cuBLAS gets a
-    fixed workspace (``CUBLAS_WORKSPACE_CONFIG=:4096:8``, set before CUDA starts).
-    """
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            self.check(f.name, getattr(self, f.name))
+        super().__post_init__()
         default_vf = next(f.default for f in fields(self) if f.name == "clip_range_vf")
         if self.value_loss == "reference" and self.clip_range_vf != default_vf:
             raise UsageError(_TIED.format(f"clip_range_vf={self.clip_range_vf}"))
 
-    @classmethod
-    def check(cls, name: str, value: Any) -> None:
-        """Raise :class:`UsageError` unless ``value`` is a valid value of the setting ``name``."""
-        valid, expected = cls.domains[name]
-        if not valid(value):
-            raise UsageError(f"{name} must be {expected}, got {value!r}")
-
-    @classmethod
-    def check_names(cls, names: list[str]) -> None:
-        """Raise :class:`UsageError` unless every name is a hyperparameter a search may change."""
-        unknown = [n for n in names if n not in cls.hyperparameters]
-        if unknown:
-            raise UsageError(f"PPO has no hyperparameter {', '.join(map(repr, unknown))} to search over; "
-                             f"it can change {', '.join(cls.hyperparameters)} while training "
-                             f"(n_envs sizes the vector env: set it with -m instead)")
-
     def check_space(self, space: Space) -> None:
-        """Raise :class:`UsageError` for a search space these settings cannot train with: a hyperparameter they
-        do not use, a bound or choice outside its domain, an integer as a continuous range, a minibatch size
-        that divides no rollout (:func:`check_rollouts`)."""
-        self.check_searched(space.names)
-        for name, param in space.params.items():
-            if isinstance(param, Continuous):
-                if name in INTEGER_HYPERPARAMETERS and not isinstance(param, Integer):
-                    raise UsageError(f"{name} is an integer: make it {{type: integer, low: ..., high: ...}} or "
-                                     f"categorical in the search space")
-                values: tuple[Any, ...] = (param.clip(param.low), param.clip(param.high))  # ints for Integer
-            else:
-                values = param.choices
-            for value in values:
-                try:
-                    self.check(name, value)
-                except UsageError as err:
-                    raise UsageError(f"search space: {err}") from None
+        """:meth:`SB3Settings.check_space`, and a minibatch size that divides no rollout (:func:`check_rollouts`)."""
+        super().check_space(space)
         try:
             check_rollouts(space, self)
         except UsageError as err:

@@ -22,14 +22,32 @@ from pbx.errors import UsageError
 LOCAL_RANKS_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE",
                     "SLURM_NTASKS_PER_NODE", "PMI_SIZE")
 
+WORLD_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS")
+"""Environment variables MPI launchers set to the number of ranks in the job."""
+
+
+def _launcher_count(names: tuple[str, ...]) -> int | None:
+    """The first positive count among the environment variables ``names`` (None: not under such a launcher)."""
+    for var in names:
+        value = os.environ.get(var, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return None
+
+
+def members_on_this_machine(pop_size: int) -> int:
+    """Members of a population of ``pop_size`` this machine trains: all of them, or under an MPI launcher its
+    ranks' share (rank r owns the members i with i % ranks == r)."""
+    ranks = _launcher_count(WORLD_SIZE_VARS) or 1
+    local = _launcher_count(LOCAL_RANKS_VARS) or ranks
+    return min(pop_size, -(-pop_size // ranks) * local)
+
+
 def thread_budget() -> int:
     """Cores this process may use: all of them, shared evenly among the MPI ranks on this machine."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    for var in LOCAL_RANKS_VARS:
-        value = os.environ.get(var, "")
-        if value.isdigit() and int(value) > 0:
-            return max(1, cores // int(value))
-    return cores
+    local = _launcher_count(LOCAL_RANKS_VARS)
+    return cores if local is None else max(1, cores // local)
 
 
 def rng_state(cuda: bool) -> dict[str, Any]:

@@ -26,13 +26,13 @@ ENV_KEY = "run.env"
 
 
 def member_kind(run: Run) -> str:
-    """What the run's members train: ``toy``, or ``DrAC`` when its space or member settings hold DrAC's
-    hyperparameters (:data:`pbx.members.AUGMENTATION`, as :func:`pbx.members.member_class` decides), else
-    ``PPO``."""
+    """What the run's members train: ``toy``; ``DrAC`` when its space or member settings hold DrAC's
+    hyperparameters (:data:`pbx.members.AUGMENTATION`, as :func:`pbx.members.member_class` decides); else its
+    ``--algo`` (``PPO``, ``SAC``, ...; runs from before ``--algo`` trained PPO)."""
     if run.env in TOY_ENVS:
         return "toy"
     names = set(run.space.names) | {key for key, value in run.member.items() if value is not None}
-    return "DrAC" if names & set(AUGMENTATION) else "PPO"
+    return "DrAC" if names & set(AUGMENTATION) else str(run.config["run"].get("algo", "ppo")).upper()
 
 
 def run_labels(runs: Sequence[Run]) -> list[str]:

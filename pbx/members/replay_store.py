@@ -1,0 +1,145 @@
+"""An off-policy member's replay buffer on disk, beside its checkpoints, without a copy of it per round.
+
+A replay buffer is the largest part of an off-policy member (a million BipedalWalker
+transitions are about 0.2 GB) and most of it does not change in a round: a round of
+``t_ready`` steps rewrites ``t_ready`` of its rows. The runner keeps round ``r - 1``'s
+checkpoint until round ``r`` is in the history, so a buffer written whole into each
+checkpoint would sit on disk twice and be rewritten every round. :class:`ReplayStore`
+writes instead, at each save, one *segment* file with the rows added since the last
+save (``member_3.replay.000012.npz``, beside ``member_3.r11.ckpt``); a checkpoint
+lists the segments that rebuild its buffer, oldest first (later ones overwrite earlier
+rows of the ring). A segment whose rows later ones all overwrote leaves the list, and
+its file goes once neither of the two newest checkpoints lists it, so a kill at any
+point leaves the files of the checkpoint a resume reads: disk holds the buffer and one
+round's rows, and a save writes one round's rows.
+
+Files are written with :func:`pbx.files.durable_write` before the checkpoint that lists
+them. A resume may find segments of a save the kill interrupted: they carry numbers the
+resumed member writes again (an atomic replace), or are deleted at its next save.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+# pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
+import pbx.envs  # noqa: F401  # isort: skip
+from stable_baselines3.common.buffers import ReplayBuffer
+
+from pbx.errors import UsageError
+from pbx.files import durable_write
+
+FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+"""The arrays of SB3's ``ReplayBuffer`` (without ``optimize_memory_usage``), each (rows, n_envs, ...)."""
+
+
+class CountingReplayBuffer(ReplayBuffer):
+    """SB3's ``ReplayBuffer`` that counts the rows it was given, so a save knows which rows are new."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.added = 0
+        """Rows added since the buffer was built (one row holds a transition of every env)."""
+
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        super().add(*args, **kwargs)
+        self.added += 1
+
+
+def rows(buffer: ReplayBuffer, start: int, count: int) -> dict[str, np.ndarray]:
+    """Copies of ``count`` rows of the ring from row ``start`` on (wrapping), field by field."""
+    index = (start + np.arange(count)) % buffer.buffer_size
+    return {name: getattr(buffer, name)[index] for name in FIELDS}
+
+
+def put_rows(buffer: ReplayBuffer, start: int, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` (as :func:`rows` gives them) into the ring from row ``start`` on."""
+    index = (start + np.arange(len(arrays["rewards"]))) % buffer.buffer_size
+    for name in FIELDS:
+        getattr(buffer, name)[index] = arrays[name]
+
+
+def whole(buffer: ReplayBuffer) -> dict[str, Any]:
+    """The buffer as one checkpoint entry (``copy_buffer``): its filled rows, as tensors (``torch.save`` writes
+    their bytes as they are; a NumPy array it pickles, half as large again), and where the ring stands."""
+    filled = buffer.buffer_size if buffer.full else buffer.pos
+    return {"rows": {name: torch.from_numpy(array) for name, array in rows(buffer, 0, filled).items()},
+            "pos": buffer.pos, "full": buffer.full}
+
+
+def set_whole(buffer: ReplayBuffer, entry: dict[str, Any]) -> None:
+    """Take the buffer :func:`whole` wrote (the rows past its filled ones are never read before written)."""
+    put_rows(buffer, 0, {name: tensor.numpy() for name, tensor in entry["rows"].items()})
+    buffer.pos, buffer.full = entry["pos"], entry["full"]
+
+
+class ReplayStore:
+    """The segment files of one member's replay buffer (see the module docstring)."""
+
+    def __init__(self, buffer: CountingReplayBuffer) -> None:
+        self.buffer = buffer
+        self.segments: list[tuple[str, int, int]] = []
+        """(file name, first row, row count) of the segments the last checkpoint lists, oldest first."""
+        self.before: list[tuple[str, int, int]] = []
+        """... and those the checkpoint before it lists (a resume may still read it)."""
+        self.number = 0
+        """The next segment's number."""
+        self.saved_at = 0
+        """``buffer.added`` at the last save or load."""
+
+    def save(self, path: Path) -> dict[str, Any]:
+        """Write the rows added since the last save beside the checkpoint ``path``; the checkpoint's entry."""
+        buffer, folder = self.buffer, path.parent
+        stem = path.name.split(".")[0]
+        new = min(buffer.added - self.saved_at, buffer.buffer_size)
+        segments = self.segments
+        if new:
+            name = f"{stem}.replay.{self.number:06d}.npz"
+            arrays = rows(buffer, (buffer.pos - new) % buffer.buffer_size, new)
+            durable_write(folder / name, lambda tmp: _write_npz(tmp, arrays))
+            segments = _needed([*segments, (name, (buffer.pos - new) % buffer.buffer_size, new)], buffer.buffer_size)
+            self.number += 1
+        keep = {name for name, _, _ in [*segments, *self.segments]}
+        for old in folder.glob(f"{stem}.replay.*.npz*"):
+            if re.fullmatch(rf"{re.escape(stem)}\.replay\.\d+\.npz(\.tmp)?", old.name) and old.name not in keep:
+                old.unlink(missing_ok=True)
+        self.before, self.segments = self.segments, segments
+        self.saved_at = buffer.added
+        return {"segments": list(segments), "pos": buffer.pos, "full": buffer.full, "number": self.number}
+
+    def load(self, path: Path, entry: dict[str, Any]) -> None:
+        """Rebuild the buffer from the segments a checkpoint at ``path`` lists (its :meth:`save` entry)."""
+        buffer = self.buffer
+        for name, start, _ in entry["segments"]:
+            try:
+                with np.load(path.parent / name) as data:
+                    put_rows(buffer, start, {field: data[field] for field in FIELDS})
+            except (OSError, ValueError, KeyError) as err:
+                raise UsageError(f"{path}: its replay buffer's segment {name} is unreadable ({type(err).__name__}); "
+                                 f"the run folder is damaged: restore the file, or start a new run") from None
+        buffer.pos, buffer.full = entry["pos"], entry["full"]
+        self.segments = self.before = [tuple(s) for s in entry["segments"]]  # type: ignore[misc]
+        self.number = entry["number"]
+        self.saved_at = buffer.added
+
+
+def _needed(segments: list[tuple[str, int, int]], size: int) -> list[tuple[str, int, int]]:
+    """``segments`` less those whose rows the later ones all overwrite."""
+    covered = np.zeros(size, dtype=bool)
+    kept = []
+    for name, start, count in reversed(segments):
+        index = (start + np.arange(count)) % size
+        if not covered[index].all():
+            kept.append((name, start, count))
+        covered[index] = True
+    return kept[::-1]
+
+
+def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    with open(path, "wb") as f:  # a file object: np.savez would add ".npz" to the temporary name
+        np.savez(f, **arrays)

@@ -1,0 +1,155 @@
+"""How an SB3 member is saved, resumed and copied: the checkpoint half of :class:`pbx.members.sb3.SB3Member`.
+
+A checkpoint holds everything a member needs to continue bit for bit (the learner as SB3's own
+save table lists it, the normalisation statistics, the envs, the random streams, the step and
+update counts); an exploit takes the learner and leaves the recipient's world (envs, streams)
+as it was. The methods read the member's attributes (``model``, ``_norm``, ``_venv``,
+``_learner``, ``_rng``, ``settings``, ``context``), which :class:`~pbx.members.sb3.SB3Member` sets up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from pbx.errors import UsageError
+from pbx.files import durable_write
+from pbx.members.checkpoint import CHECKPOINT_FORMAT, read_checkpoint
+from pbx.members.process import seeded_cuda_state
+
+
+class Checkpointed:
+    """:meth:`save` and :meth:`load` of an SB3 member, and what a resume or an exploit restores."""
+
+    model: Any
+    settings: Any
+    context: Any
+    algo: str
+    counters: tuple[str, ...]
+    checkpoint_keys: tuple[str, ...]
+    steps: int
+    _norm: Any
+    _venv: Any
+    _learner: Any
+    _rng: dict[str, Any]
+    _config: dict[str, Any]
+    _cuda: bool
+    apply: Callable[[Any], None]
+    _started: Callable[[np.ndarray], None]
+
+    def save(self, path: Path) -> None:
+        path = Path(path)
+        state = {**self._checkpoint(), **self._save_beside(path)}
+        durable_write(path, lambda tmp: torch.save(state, tmp))
+
+    def _save_beside(self, path: Path) -> dict[str, Any]:
+        """Write durably what is kept beside the checkpoint ``path`` (an off-policy agent's replay buffer), before
+        the checkpoint that refers to it; return the checkpoint's entries that refer to it (none here)."""
+        return {}
+
+    def _checkpoint(self) -> dict[str, Any]:
+        """The state :meth:`save` writes, one entry per name in ``checkpoint_keys`` and the learner's."""
+        model = self.model
+        norm = self._norm.learner_state()
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "algo": self.algo,
+            "member": self.context.index,
+            "env": self.context.env,
+            "n_envs": self.settings.n_envs,
+            "steps": self.steps,
+            "n_updates": model._n_updates,
+            **{name.lstrip("_"): getattr(model, name) for name in self.counters},
+            "config": self._config,
+            **self._learner.state(),
+            "reward_norm": {**norm["reward"], "returns": self._norm.returns},
+            "obs_norm": norm["obs"],
+            "raw_obs": self._norm.raw_obs() if norm["obs"] is not None else None,
+            "last_obs": model._last_obs,
+            "last_episode_starts": model._last_episode_starts,
+            "env_state": self._venv.get_state(),
+            "rng": self._rng,
+        }
+
+    def load(self, path: Path, *, own: bool) -> None:
+        path = Path(path)
+        state = read_checkpoint(path, tuple(dict.fromkeys((*self.checkpoint_keys, *self._learner.keys()))), self.algo)
+        if (state["env"], state["n_envs"]) != (self.context.env, self.settings.n_envs):
+            raise UsageError(f"{path} holds a member trained on {state['env']} with {state['n_envs']} envs; "
+                             f"this member runs {self.context.env} with {self.settings.n_envs}")
+        model = self.model
+        self._learner.load(state)
+        # A checkpoint from before observation statistics were saved has none (it was trained without them).
+        obs_norm = state.get("obs_norm")
+        if (obs_norm is not None) != self.settings.normalize_obs:
+            raise UsageError(f"{path} was trained with normalize_obs {obs_norm is not None}, this run's settings "
+                             f"say {self.settings.normalize_obs}; the run folder does not match its config.yaml")
+        self._norm.set_learner_state({"reward": state["reward_norm"], "obs": obs_norm})
+        self.steps = model.num_timesteps = state["steps"]
+        model._n_updates = state["n_updates"]
+        for name in self.counters:
+            setattr(model, name, state[name.lstrip("_")])
+        if own:
+            self._restore_world(state, path)
+        else:
+            self._exploited(state, path)
+        if model.ep_info_buffer is not None:
+            model.ep_info_buffer.clear()
+        # The optimizer load restored the saved lr into the param groups; apply sets it again.
+        self._config = {}
+        self.apply(state["config"])
+
+    def _exploited(self, state: dict[str, Any], path: Path) -> None:
+        """What an exploit does besides copying the donor's learner: the envs' latest observations, normalised by
+        the recipient's old statistics, as the donor's statistics see them, so the next action is the donor's
+        policy's on the same raw observation."""
+        if state.get("obs_norm") is not None:
+            self.model._last_obs = self._norm.observe(self._norm.raw_obs())
+
+    def _restore_world(self, state: dict[str, Any], path: Path) -> None:
+        """Restore the envs, the per-env discounted returns and the RNG streams: this member's own resume.
+
+        An exploit (a checkpoint of another member) leaves them alone. Copied too,
+        they would make the recipient replay the donor's next rollout step for step:
+        same policy, same levels, same random actions, so a round's data twice.
+        """
+        model = self.model
+        self._rng = dict(state["rng"])
+        if state["env_state"] is None:
+            self._restart_episodes()
+        else:
+            self._norm.returns = state["reward_norm"]["returns"].copy()
+            self._venv.set_state(state["env_state"])
+            # Same values in the memory layout this env produces (ProcGen: channels-last strides):
+            # conv kernels for other layouts differ in the last bit, and so would the next actions.
+            model._last_obs = np.empty_like(model._last_obs)
+            model._last_obs[...] = state["last_obs"]
+            model._last_episode_starts = state["last_episode_starts"]
+            if state.get("raw_obs") is not None:
+                self._norm.old_obs = state["raw_obs"]
+        # A run may resume on another device (--resume -m device=...): the CPU streams carry on as they were;
+        # a GPU run resumed on the CPU drops its CUDA stream, a CPU run resumed on a GPU starts one of the
+        # member's own (seeded from its seed and step count), not the one the process's other members share.
+        if not self._cuda:
+            self._rng["cuda"] = None
+        elif self._rng["cuda"] is None:
+            self._rng["cuda"] = seeded_cuda_state(int(np.random.SeedSequence(
+                self.context.seed, spawn_key=(2, self.steps)).generate_state(1, np.uint64)[0]))
+
+    def _restart_episodes(self) -> None:
+        """Start new episodes in every env, for a resume whose envs could not be saved (a Box2D world).
+
+        The seeds are the member's own and its step count's, so resuming twice restarts alike; the
+        observation statistics are left as saved (the first observations do not update them here).
+        """
+        self._venv.seed(int(np.random.SeedSequence(self.context.seed, spawn_key=(3, self.steps))
+                            .generate_state(1)[0] % 2**31))
+        training, self._norm.training = self._norm.training, False
+        try:
+            obs = self._norm.reset()
+        finally:
+            self._norm.training = training
+        self._started(obs)
