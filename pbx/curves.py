@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from pathlib import Path
 from typing import Iterable
 
@@ -31,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from pbx.errors import UsageError
-from pbx.files import fsync_dir
+from pbx.files import append_csv, write_csv
 
 CURVES_FILE = "curves.csv"
 CURVE_COLUMNS = ["member", "round", "steps", "score"]
@@ -76,22 +75,12 @@ class CurveLog:
         self.path = Path(path)
         self.frame = read_curves(self.path, last_round)
         # Rewrite so the file holds exactly the points kept: later appends then follow whole rounds.
-        lines = [CURVE_COLUMNS] + [_fields(p) for p in self.frame.itertuples(index=False)]
-        tmp = self.path.with_name(self.path.name + ".tmp")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w", newline="") as f:
-            csv.writer(f, lineterminator="\n").writerows(lines)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
+        write_csv(self.path, [CURVE_COLUMNS] + [_fields(p) for p in self.frame.itertuples(index=False)])
 
     def append(self, points: Iterable[tuple[int, int, int, float]]) -> None:
         """Append one round's points ``(member, round, steps, score)``; they are on disk when this returns."""
-        with open(self.path, "a", newline="") as f:
-            csv.writer(f, lineterminator="\n").writerows(_fields(p) for p in points)
-            f.flush()
-            os.fsync(f.fileno())
+        append_csv(self.path, [_fields(p) for p in points])
 
 
 def _fields(point: Iterable[object]) -> list[str]:

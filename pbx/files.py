@@ -10,9 +10,10 @@ and only then are the previous round's files deleted.
 
 from __future__ import annotations
 
+import csv
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Sequence
 
 
 def fsync_dir(folder: Path) -> None:
@@ -36,3 +37,22 @@ def durable_write(path: Path, write: Callable[[Path], None]) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def append_csv(path: Path, rows: Iterable[Sequence[str]]) -> None:
+    """Append ``rows`` to the CSV file ``path`` (created if missing), flushed and fsynced: on disk when this
+    returns. A kill inside the write leaves at most a torn last line, which the append-only logs' readers drop."""
+    with open(path, "a", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_csv(path: Path, rows: Iterable[Sequence[str]]) -> None:
+    """Replace the CSV file ``path`` with ``rows``, durably (:func:`durable_write`): the old file or the new one."""
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows(rows)
+
+    durable_write(path, write)

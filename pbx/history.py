@@ -36,7 +36,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -46,7 +45,7 @@ import pandas as pd
 
 from pbx.curves import CURVES_FILE, CurveLog, Point, points_frame
 from pbx.errors import UsageError
-from pbx.files import fsync_dir
+from pbx.files import append_csv, write_csv
 from pbx.space import Categorical, Integer, Space, Value
 
 BASE_COLUMNS = ["member", "round", "steps", "wall_s", "score", "test_score", "parent", "explored", "role", "carried"]
@@ -149,7 +148,7 @@ class HistoryLog:
             frame = self._read_complete_rounds()
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._write_lines([self.columns], mode="w")
+            append_csv(self.path, [self.columns])
         last = int(frame["round"].max()) if frame is not None and len(frame) else -1
         self.curves = CurveLog(self.path.with_name(CURVES_FILE), last)
         self.history = History(space.names, frame, self.curves.frame)
@@ -157,15 +156,9 @@ class HistoryLog:
     def append(self, rows: Sequence[Row]) -> History:
         """Append one finished round (its curves first); it is on disk when this returns."""
         self.curves.append(_points(rows))
-        self._write_lines([_csv_fields(r.as_record(self.history.hp_names), self.columns) for r in rows], mode="a")
+        append_csv(self.path, [_csv_fields(r.as_record(self.history.hp_names), self.columns) for r in rows])
         self.history = self.history.with_rows(rows)
         return self.history
-
-    def _write_lines(self, lines: list[list[str]], mode: str) -> None:
-        with open(self.path, mode, newline="") as f:
-            csv.writer(f, lineterminator="\n").writerows(lines)
-            f.flush()
-            os.fsync(f.fileno())
 
     def _read_complete_rounds(self) -> pd.DataFrame:
         """Read the file, dropping a torn last line or a partly written last round (a kill mid-write)."""
@@ -174,14 +167,7 @@ class HistoryLog:
             raise UsageError(f"{self.path}: columns {list(frame.columns)} do not match the run's {self.columns}")
         frame = complete_rounds(frame, self.pop_size, name=str(self.path))
         # Rewrite so the file holds exactly the rounds we keep; later appends then follow whole rounds.
-        kept = [self.columns] + [_csv_fields(rec, self.columns) for rec in frame.to_dict("records")]
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w", newline="") as f:
-            csv.writer(f, lineterminator="\n").writerows(kept)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
+        write_csv(self.path, [self.columns] + [_csv_fields(rec, self.columns) for rec in frame.to_dict("records")])
         return frame
 
 

@@ -9,7 +9,6 @@ uninterrupted synchronous run makes. The test set is drawn from a seed of
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import math
 import os
@@ -22,7 +21,7 @@ import pandas as pd
 
 from pbx.config import RunConfig
 from pbx.console import Console, round_line
-from pbx.files import fsync_dir
+from pbx.files import append_csv, fsync_dir
 from pbx.history import History, HistoryLog, Row, best_rows
 from pbx.run_dir import RunDir
 from pbx.space import Categorical, Config
@@ -136,15 +135,9 @@ class RunRecorder:
         if not changed:
             return
         path = self.run_dir.strategy
-        new = not path.exists()
-        with open(path, "a", newline="") as f:
-            writer = csv.writer(f, lineterminator="\n")
-            if new:
-                writer.writerow(STRATEGY_COLUMNS)
-            writer.writerows([round_, d.member, d.donor, d.explored, "; ".join(d.ops), json.dumps(dict(d.info))]
-                             for d in changed)
-            f.flush()
-            os.fsync(f.fileno())
+        header = [] if path.exists() else [STRATEGY_COLUMNS]
+        append_csv(path, header + [[str(round_), str(d.member), str(d.donor), str(d.explored), "; ".join(d.ops),
+                                    json.dumps(dict(d.info))] for d in changed])
         steps = int(self.history.round(round_)["steps"].max())
         for d in changed:
             if d.info:
