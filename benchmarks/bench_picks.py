@@ -269,7 +269,7 @@ def main() -> None:
     print("\n4 categories: the chance of the best category (EXP3's probability; PB2-Rand's exact chance from "
           "the same donor), and the share of picks on it")
     names = ["uniform", "PBT", *CAT_EXPS]
-    print(f"rounds | P(best) Mult | P(best) Mix | P(best) Rand | " + " | ".join(f"{n:>8}" for n in names))
+    print("rounds | P(best) Mult | P(best) Mix | P(best) Rand | " + " | ".join(f"{n:>8}" for n in names))
     previous = 0.0
     for rounds, picks in exp3_rows:
         exp3, rand = (float(np.mean(picks[n].p_best)) for n in ("PB2-Mult", "PB2-Rand"))

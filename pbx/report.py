@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--range", dest="ranges", action="append", default=[], metavar="GAME=MIN,MAX",
                         help="min-max normalisation range of a game (repeatable); built in: ProcGen's easy mode. "
                              "Needed for every game of a comparison across games")
+    parser.add_argument("--variants", nargs="+", default=[], metavar="NAME",
+                        help="report only these variants of the sweep folders (default all; a variant with no "
+                             "finished run is otherwise an error), e.g. while the sweep's last variant waits")
     parser.add_argument("--reps", type=int, default=REPS, metavar="N",
                         help=f"bootstrap resamples per confidence interval (default {REPS}; seeded, so "
                              f"reports are reproducible)")
@@ -63,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    options = Options(args.out, args.last_k, args.baseline, args.reps, args.score, args.split, tuple(args.ranges))
+    options = Options(args.out, args.last_k, args.baseline, args.reps, args.score, args.split, tuple(args.ranges),
+                      tuple(args.variants))
     try:
         for path in generate(args.run_dirs, options):
             print(path, flush=True)

@@ -26,7 +26,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Iterator
+from typing import Any, Collection, Iterator
 
 from pbx.curves import CURVES_FILE
 from pbx.errors import UsageError
@@ -132,3 +132,8 @@ class RunDir:
             match = _CKPT.match(f.name.removesuffix(".tmp"))
             if match is not None:
                 yield f, int(match.group(1)), int(match.group(2))
+
+
+def folder_part(value: Any) -> str:
+    """A value as a part of a folder's name (a sweep's variant and run names)."""
+    return re.sub(r"[^A-Za-z0-9._+=-]", "_", str(value)) or "_"

@@ -44,7 +44,6 @@ import contextlib
 import dataclasses
 import itertools
 import math
-import re
 import shlex
 import traceback
 from dataclasses import dataclass
@@ -58,7 +57,7 @@ from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.fingerprint import changed_keys, differing_keys
 from pbx.history import best_rows, complete_rounds, read_csv
-from pbx.run_dir import RunDir
+from pbx.run_dir import RunDir, folder_part
 from pbx.runners.mpi import Kind, abort, receive, send
 from pbx.slurm import SlurmSettings, slurm_settings
 from pbx.yaml_files import read_yaml
@@ -170,7 +169,7 @@ def load_sweep(file: str | Path, seeds: str | None = None, overrides: Sequence[s
         config = cfg.to_dict()
         config["run"] = {k: v for k, v in config["run"].items() if k not in PER_RUN}
         resolved[variant.name] = config
-    suffix = "".join(f"-{_safe(v)}" for _, v in items)
+    suffix = "".join(f"-{folder_part(v)}" for _, v in items)
     return Sweep(file, Path(out) if out is not None else Path("sweeps") / f"{file.stem}{suffix}", experiment,
                  list(overrides), variants, seed_list, baseline, slurm, resolved)
 
@@ -193,7 +192,7 @@ def expand(spec: Any, file: Path) -> list[Variant]:
                 raise UsageError(f"{file}: sweep: {key} takes plain values, got {values!r}")
         swept = [label is None or isinstance(values, list) for values in entry.values()]
         for combo in itertools.product(*axes):
-            parts = ([] if label is None else [_safe(label)]) + [_safe(v) for v, s in zip(combo, swept) if s]
+            parts = ([] if label is None else [folder_part(label)]) + [folder_part(v) for v, s in zip(combo, swept) if s]
             variants.append(Variant("-".join(parts), dict(zip(entry, combo))))
     names = [v.name for v in variants]
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -369,8 +368,3 @@ def _refuse_per_run(file: Path, experiment: Mapping[str, Any], variants: Sequenc
 
 def _name(key: str) -> str:
     return key.split(".")[-1]
-
-
-def _safe(value: Any) -> str:
-    """A value as a folder name's part."""
-    return re.sub(r"[^A-Za-z0-9._+=-]", "_", str(value)) or "_"

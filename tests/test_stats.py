@@ -195,6 +195,29 @@ def test_few_runs_get_no_ci_and_missing_test_scores_say_na(sweep: Path, tmp_path
     assert "nan" not in "".join(line for line in table.splitlines() if line.startswith("|")).lower()
 
 
+def test_named_variants_keep_their_names_and_variants_picks_some(sweep: Path, tmp_path: Path) -> None:
+    """A variant named in the sweep file (``name: zoo`` over held settings) is labelled by its name, not by
+    its values; --variants reports some of the variants while another has no finished run (without it, that
+    is an error), and the sweep's baseline counts only when picked."""
+    picked = tmp_path / "picked"
+    for source, name in (("none", "zoo"), ("PBT", "PBT"), ("PB2", "PB2")):
+        shutil.copytree(sweep / source, picked / name, ignore=shutil.ignore_patterns("report"))
+    (picked / "sweep.yaml").write_text(yaml.safe_dump({"seeds": list(SEEDS), "baseline": "zoo", "variants": [
+        {"name": "zoo", "settings": {"search": "none", "t_ready": 4}}, {"name": "PBT", "settings": {"search": "PBT"}},
+        {"name": "PB2", "settings": {"search": "PB2"}}, {"name": "random", "settings": {"search": "random"}}]}))
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main([str(picked), "--out", str(tmp_path / "all"), "--reps", "50"]) == 2
+        assert main([str(picked), "--variants", "zoo", "PBT", "--out", str(tmp_path / "two"), "--reps", "50"]) == 0
+        assert main([str(picked), "--variants", "PBT", "PB2", "--out", str(tmp_path / "no_zoo"), "--reps", "50"]) == 0
+    assert not (tmp_path / "all").exists()
+    table = (tmp_path / "two" / "statistics.md").read_text()
+    assert table_row(table, "strategy")[4] == "train: P(> zoo) [95% CI]"
+    assert table_row(table, "zoo")[4] == "baseline" and table_row(table, "PBT")[1] == str(len(SEEDS))
+    assert "| PB2 |" not in table and "| random |" not in table
+    table = (tmp_path / "no_zoo" / "statistics.md").read_text()
+    assert "P(>" not in table_row(table, "strategy")[4] and "| zoo |" not in table
+
+
 def test_bad_input_is_one_line_error(sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "empty").mkdir()
     lacking = tmp_path / "lacking"
@@ -206,6 +229,8 @@ def test_bad_input_is_one_line_error(sweep: Path, tmp_path: Path, capsys: pytest
         (str(lacking),): f"{lacking / 'PB2'}: no finished run of variant 'PB2'",
         (str(sweep), "--baseline", "PBX"): "--baseline 'PBX' is not among the strategies (none, PBT, PB2)",
         (str(sweep), "--reps", "0"): "--reps must be at least 1, got 0",
+        (str(sweep), "--variants", "PBT", "PBX"): f"--variants 'PBX' is not a variant of {sweep} (none, PBT, PB2)",
+        (str(sweep / "PBT" / "seed0"), "--variants", "PBT"): "--variants picks variants of sweep folders",
         (str(sweep), str(sweep / "PBT" / "seed0")): "sweep folders are reported together, not beside run folders",
     }
     for args, message in cases.items():

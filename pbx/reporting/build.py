@@ -18,6 +18,7 @@ Runs under one label are pooled only when they are one experiment
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from pbx.reporting.run_report import write_run_report
 from pbx.reporting.runs import SWEEP_FILE, Run, load_run, load_sweep
 from pbx.reporting.scores import LAST_K, SCORES
 from pbx.reporting.study import make_study
-from pbx.run_dir import RunDir
+from pbx.run_dir import RunDir, folder_part
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class Options:
     split: bool = False
     ranges: tuple[str, ...] = ()
     """``GAME=MIN,MAX`` normalisation ranges."""
+    variants: tuple[str, ...] = ()
+    """The sweep variants to report (all when empty)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,10 @@ def generate(run_dirs: Sequence[Path], options: Options = Options()) -> Iterator
         raise UsageError(f"--score must be one of {', '.join(SCORES)}, got {options.score!r}")
     ranges = Ranges.parse(options.ranges)
     sweeps = [path for path in run_dirs if (path / SWEEP_FILE).is_file()]
-    inputs = _read_sweeps(sweeps, run_dirs, options.out) if sweeps else _read_runs(run_dirs, options.out)
+    if options.variants and not sweeps:
+        raise UsageError("--variants picks variants of sweep folders: give a sweep folder (SWEEP/sweep.yaml)")
+    inputs = _read_sweeps(sweeps, run_dirs, options.out, options.variants) if sweeps \
+        else _read_runs(run_dirs, options.out)
     study = None
     if inputs.out is not None:
         labels = with_member_kind(inputs.runs, inputs.labels)
@@ -85,7 +91,7 @@ def generate(run_dirs: Sequence[Path], options: Options = Options()) -> Iterator
         yield from write_comparison(study, inputs.out, options.score)
 
 
-def _read_sweeps(sweeps: list[Path], given: Sequence[Path], out: Path | None) -> Inputs:
+def _read_sweeps(sweeps: list[Path], given: Sequence[Path], out: Path | None, variants: Sequence[str]) -> Inputs:
     """One or more sweep folders: their finished runs, labelled by variant without the env."""
     if len(sweeps) < len(given):
         loose = next(path for path in given if path not in sweeps)
@@ -93,8 +99,8 @@ def _read_sweeps(sweeps: list[Path], given: Sequence[Path], out: Path | None) ->
     _refuse_twice(sweeps)
     runs, labels, baselines = [], [], set()
     for path in sweeps:
-        sweep = load_sweep(path)
-        names = {variant: _strategy(settings) for variant, settings in sweep.settings.items()}
+        sweep = load_sweep(path, variants)
+        names = {variant: _strategy(variant, settings) for variant, settings in sweep.settings.items()}
         runs += sweep.runs
         labels += [names[variant] or run.strategy for variant, run in zip(sweep.variants, sweep.runs)]
         if sweep.baseline is not None:
@@ -106,10 +112,14 @@ def _read_sweeps(sweeps: list[Path], given: Sequence[Path], out: Path | None) ->
     return Inputs(runs, labels, next(iter(baselines), None), out if out is not None else default, False)
 
 
-def _strategy(settings: dict[str, object]) -> str:
-    """A variant's name without its env (``coinrun-PBT`` -> ``PBT``): its other swept values joined with
-    ``-``, as :mod:`pbx.sweeps` names variants; empty when only the env is swept."""
-    return "-".join(str(value) for key, value in settings.items() if key.rsplit(".", 1)[-1] != "env")
+def _strategy(variant: str, settings: dict[str, object]) -> str:
+    """A variant's name without its env (``coinrun-PBT`` -> ``PBT``; a named variant keeps its name,
+    ``zoo``); empty when only the env is swept."""
+    env = [value for key, value in settings.items() if key.rsplit(".", 1)[-1] == "env"]
+    if not env:
+        return variant
+    part = re.escape(folder_part(env[0]))
+    return re.sub(rf"(^|-){part}(?=-|$)", "", variant, count=1).lstrip("-")
 
 
 def _read_runs(run_dirs: Sequence[Path], out: Path | None) -> Inputs:

@@ -106,7 +106,7 @@ def _caution(cells: list[tuple[str, stats.Estimate]]) -> list[str]:
 
 
 def _method_note(study: Study, score: str) -> str:
-    scale = (f"Scores are min-max normalised per game, (R - min) / (max - min), with "
+    scale = ("Scores are min-max normalised per game, (R - min) / (max - min), with "
              + "; ".join(f"{game} [{low:g}, {high:g}]" for game, (low, high) in study.ranges.items())
              + "; the optimality gap is the mean shortfall below 1, the median that of the per-game means. "
              if study.ranges is not None else "")

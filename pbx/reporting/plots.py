@@ -219,8 +219,12 @@ def _figure(ncols: int, nrows: int, width: float, height: float,
 
 
 def _save(fig: Figure, path: Path) -> Path:
+    """Write the figure; matplotlib's note that long labels left constrained layout no room is dropped
+    (the figure is still written, with its default layout), so the terminal keeps only pbx's lines."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="constrained_layout not applied", category=UserWarning)
+        fig.savefig(path, dpi=DPI)
     return path
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -142,12 +142,15 @@ class SweepRuns:
     baseline: str | None
 
 
-def load_sweep(path: Path) -> SweepRuns:
+def load_sweep(path: Path, only: Sequence[str] = ()) -> SweepRuns:
     """Read ``SWEEP/sweep.yaml`` and the finished runs ``SWEEP/<variant>/seed<k>/`` of its variants and seeds.
 
     Runs not started or not finished are left out with a note (a report made while
     the sweep goes on compares the seeds done); a variant with no finished run is an
-    error, since the sweep names it and the comparison would silently lack it.
+    error, since the sweep names it and the comparison would silently lack it. ``only``
+    names the variants to read (the rest are left out by the user's choice, so a
+    report can be made while a sweep's last variant has not started); the sweep's
+    baseline is kept only when it is among them.
     """
     file = path / SWEEP_FILE
     record = read_yaml(file, "sweep file")
@@ -161,6 +164,13 @@ def load_sweep(path: Path) -> SweepRuns:
     baseline = record.get("baseline")
     if baseline is not None and baseline not in names:
         raise UsageError(f"{file}: baseline {baseline!r} is not one of its variants ({', '.join(names)})")
+    unknown = [name for name in only if name not in names]
+    if unknown:
+        raise UsageError(f"--variants {unknown[0]!r} is not a variant of {path} ({', '.join(names)})")
+    if only:
+        names = [name for name in names if name in only]
+        variants = [variant for variant in variants if variant["name"] in only]
+        baseline = baseline if baseline in only else None
     runs, labels = [], []
     for name in names:
         finished = []
