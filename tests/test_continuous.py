@@ -44,6 +44,7 @@ def test_continuous_control_gets_its_familys_defaults_not_cartpoles() -> None:
     walker = resolve([{"run": {"env": "BipedalWalker-v3"}}])
     assert walker.space_source == "ppo_continuous.yaml" and walker.run.t_ready == 50_000
     assert walker.member.normalize_obs and walker.member.n_epochs == 10 and walker.member.gamma == 0.99
+    assert walker.member.ent_coef == 0.0  # SB3's, not the ProcGen paper's 0.01
     assert resolve([{"run": {"env": "Hopper-v5"}}]).member.normalize_obs
     cartpole = resolve([{"run": {"env": "CartPole-v1"}}])
     assert cartpole.space_source == "ppo_classic.yaml" and not cartpole.member.normalize_obs

@@ -53,12 +53,13 @@ PROCGEN = Family("ProcGen", "ppo_procgen.yaml", run={"t_ready": 500_000, "max_bu
 CLASSIC = Family("classic control", "ppo_classic.yaml", settings={"value_loss": "sb3"},
                  run={"t_ready": 32_768, "max_budget": 1_000_000})
 
-# SB3's own PPO defaults (2,048-step rollouts in minibatches of 64, 10 epochs, its value loss with no value
-# clipping) as 8 envs x 256 steps, with rl-zoo's `normalize: true` (observations and rewards): the settings
-# rl-zoo starts its continuous-control PPO from. Searched values' defaults are in ppo_continuous.yaml.
+# SB3's own PPO defaults (2,048-step rollouts in minibatches of 64, 10 epochs, no entropy bonus where the
+# settings' defaults hold the ProcGen paper's 0.01, its value loss with no value clipping) as 8 envs x 256
+# steps, with rl-zoo's `normalize: true` (observations and rewards): the settings rl-zoo starts its
+# continuous-control PPO from. Searched values' defaults are in ppo_continuous.yaml.
 _CONTROL_SETTINGS: Mapping[str, object] = {
-    "value_loss": "sb3", "clip_range_vf": None, "n_envs": 8, "n_steps": 256, "batch_size": 64, "n_epochs": 10,
-    "gamma": 0.99, "normalize_obs": True, "normalize_reward": True, "eval_episodes": 10}
+    "value_loss": "sb3", "clip_range_vf": None, "ent_coef": 0.0, "n_envs": 8, "n_steps": 256, "batch_size": 64,
+    "n_epochs": 10, "gamma": 0.99, "normalize_obs": True, "normalize_reward": True, "eval_episodes": 10}
 _CONTROL_RUN: Mapping[str, object] = {"t_ready": 50_000, "max_budget": 1_000_000}
 """The PB2 paper's continuous-control schedule: an exploit every 50,000 steps, 1M steps per member."""
 
