@@ -43,6 +43,7 @@ import enum
 import os
 import sys
 import tempfile
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,8 @@ from pbx.strategies import Decision
 if TYPE_CHECKING:
     from mpi4py.MPI import Intracomm
 
+ABORT_GRACE_S = 0.5
+"""How long a rank that ends the job waits after printing its error line, before ``MPI_Abort``."""
 LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE")
 """Set in each process by an MPI launcher (Hydra and ``srun`` with PMI, Open MPI, PMIx, MVAPICH).
 mpi4py is imported only when one of them is: a plain ``python -m pbx.train`` never initialises MPI."""
@@ -304,10 +307,14 @@ def run_on_ranks(comm: Intracomm, contained: bool, path: Path, config: Callable[
 
 def abort(message: str | None, code: int) -> NoReturn:
     """Print ``error: message`` (when there is one) and end the whole job: ``MPI_Abort`` stops every rank,
-    whatever it is waiting for, with no launcher setting needed (the launcher adds one line of its own)."""
+    whatever it is waiting for, with no launcher setting needed (the launcher adds one line of its own).
+
+    The launcher tears its stdio forwarding down as the abort reaches it, so a line still in the pipe to it can
+    be lost on a busy machine: a short wait after the line lets it go out first (the user's one line of why)."""
     from mpi4py import MPI
 
     sys.stdout.flush()
     if message is not None:
         print(f"error: {message}", file=sys.stderr, flush=True)
+        time.sleep(ABORT_GRACE_S)
     MPI.COMM_WORLD.Abort(code)
