@@ -324,6 +324,7 @@ def test_member_kind_in_labels_and_evaluators_are_not_results(tmp_path: Path) ->
     runs = [load_run(tmp_path / name) for name in ("ppo", "drac")]
     assert [member_kind(run) for run in runs] == ["PPO", "DrAC"]
     assert with_member_kind(runs, run_labels(runs)) == ["PBT [PPO]", "PBT [DrAC]"]
+    assert with_member_kind(runs, ["PBT-PPO", "PBT-drac-crop"]) == ["PBT-PPO", "PBT-drac-crop"]  # named already
     head = headline(runs[0])
     assert head.best == (1.0, 2.0) and head.population == (1.0, 2.0)
     with contextlib.redirect_stdout(io.StringIO()):

@@ -13,6 +13,8 @@ differ.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import Any, Collection, Mapping, Sequence
 
@@ -44,11 +46,13 @@ def run_labels(runs: Sequence[Run]) -> list[str]:
 
 def with_member_kind(runs: Sequence[Run], labels: Sequence[str]) -> list[str]:
     """``labels`` with each run's member kind added (``PBT [DrAC]``) when runs on one game differ in it: a PBT
-    that trains DrAC-PPO is not the PBT that trains PPO (a toy and a ProcGen game differ by their env alone)."""
+    that trains DrAC-PPO is not the PBT that trains PPO (a toy and a ProcGen game differ by their env alone).
+    A label that names its kind already as a word (a sweep variant called ``PBT-PPO``) is left as it is."""
     kinds = [member_kind(run) for run in runs]
     if len(set(zip(kinds, (run.env for run in runs)))) == len({run.env for run in runs}):
         return list(labels)
-    return [f"{label} [{kind}]" for label, kind in zip(labels, kinds)]
+    return [label if kind.lower() in re.split(r"[-_ ]", label.lower()) else f"{label} [{kind}]"
+            for label, kind in zip(labels, kinds)]
 
 
 @dataclass(frozen=True)
