@@ -229,6 +229,19 @@ class Space:
         return out
 
 
+def shown(value: Value, digits: int = 3) -> str:
+    """``value`` as a round line and ``strategy.csv`` show it: a float to ``digits`` significant digits, more
+    where that many would make a fraction look whole (a discount of 0.9999 is not 1, an undiscounted return);
+    an integer whole (1.23e+03 would not say which rollout length it is)."""
+    if not isinstance(value, float):
+        return str(value)
+    text = f"{value:.{digits}g}"
+    while float(text).is_integer() and not value.is_integer() and digits < 17:
+        digits += 1
+        text = f"{value:.{digits}g}"
+    return text
+
+
 def _number(spec: Mapping[str, Any], key: str) -> float:
     # YAML 1.1 reads ``1e-5`` (no dot) as a string; accept it as the number the user meant.
     value = spec[key]

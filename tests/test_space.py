@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from pbx.errors import UsageError
-from pbx.space import Categorical, Continuous, Integer, Space
+from pbx.space import Categorical, Continuous, Integer, Space, shown
 
 
 def test_unit_cube_round_trip_linear_and_log(mixed_space: Space) -> None:
@@ -127,3 +127,16 @@ def test_a_space_hands_out_ints_for_integer_parameters_and_floats_for_continuous
     picked = space.from_unit(np.array([0.5, 0.25]), {"n": 2, "x": 0.0})
     assert picked == {"n": 11, "x": 0.25} and type(picked["n"]) is int  # 2 * 32 ** 0.5 = 11.3
     assert space.to_unit({"n": 8, "x": 0.5}) == pytest.approx([0.4, 0.5])
+
+
+@pytest.mark.parametrize("value, digits, text", [
+    (0.000188123, 3, "0.000188"),  # significant digits, not decimals
+    (0.9999, 3, "0.9999"),  # 3 digits would read "1": a discount of 1 is another objective
+    (0.99996, 4, "0.99996"),
+    (1.0, 3, "1"),  # a whole value may look whole
+    (0.5, 3, "0.5"),
+    (12345, 3, "12345"),  # an integer whole, never 1.23e+04
+    ("crop", 3, "crop"),
+])
+def test_values_are_shown_short_but_never_falsely_whole(value: object, digits: int, text: str) -> None:
+    assert shown(value, digits) == text

@@ -67,7 +67,7 @@ from threadpoolctl import threadpool_limits
 
 from pbx.errors import UsageError
 from pbx.history import History
-from pbx.space import Config, Space
+from pbx.space import Config, Space, shown
 from pbx.strategies.acquisition import Acquisition, kappa, maximise, search_box
 from pbx.strategies.base import Decision, Explored, RoundContext
 from pbx.strategies.categorical import BANDITS, CAT_EXPS, EXP3_PLAYS, CategoryBandits, config_codes, fixed_values
@@ -335,9 +335,7 @@ class PB2(PBT):
         new = space.from_unit(best, new)
         info = gp.info() | plan.info | {"pending": float(len(pending)), "ucb": float(values[0]),
                                         "ucb_donor": float(values[1])}
-        # an integer's pick is shown whole: 1.23e+03 would not say which rollout length it is
-        return new, ops + [f"{name} -> {new[name]:.3g} (PB2)" if isinstance(new[name], float)
-                           else f"{name} -> {new[name]} (PB2)" for name in space.continuous], info
+        return new, ops + [f"{name} -> {shown(new[name])} (PB2)" for name in space.continuous], info
 
 
 def _key(space: Space, config: Config) -> tuple:

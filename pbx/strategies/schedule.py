@@ -26,7 +26,7 @@ import numpy as np
 
 from pbx.errors import UsageError
 from pbx.history import History
-from pbx.space import Categorical, Config, Integer, Space
+from pbx.space import Categorical, Config, Integer, Space, shown
 from pbx.strategies.base import Decision, Strategy, StrategySettings
 
 
@@ -96,7 +96,6 @@ class Schedule(Strategy):
         for _, row in history.latest().iterrows():
             member, current = int(row["member"]), history.config_of(row)
             new = self.settings.config_at(int(row["steps"])) or current
-            ops = tuple(f"{name} -> {new[name]:.4g}" if isinstance(new[name], float) else f"{name} -> {new[name]}"
-                        for name in space.names if new[name] != current[name])
+            ops = tuple(f"{name} -> {shown(new[name], 4)}" for name in space.names if new[name] != current[name])
             decisions.append(Decision(member, member, new, ops, explored=bool(ops)))
         return decisions
