@@ -1,12 +1,14 @@
 """Search spaces: the hyperparameters a population explores, and their bounds.
 
 A space maps names to parameters. Continuous parameters live on ``[low, high]``
-(optionally on a log scale) and map to and from ``[0, 1]`` so that strategies
+(optionally on a log scale, or a discount on the log of its horizon ``1 / (1 - value)``)
+and map to and from ``[0, 1]`` so that strategies
 such as PB2 can work on the unit cube; categorical parameters hold a fixed tuple
 of choices. Spaces are read from YAML files like ``search_spaces/toy.yaml``::
 
     h0: {type: continuous, low: 0.0, high: 1.0, default: 0.5}
     lr: {type: continuous, low: 1.0e-5, high: 1.0e-3, log: true}
+    gamma: {type: continuous, low: 0.95, high: 0.9999, horizon: true}
     n_steps: {type: integer, low: 250, high: 15000, default: 512}
     n_epochs: {type: integer, low: 1, high: 20, log: true}
     aug: {type: categorical, choices: [crop, flip]}
@@ -46,6 +48,10 @@ class Continuous:
     log: bool = False
     """Sample, perturb and model on ``log(value)`` (learning rates, coefficients spanning decades)."""
     default: float | None = None
+    horizon: bool = False
+    """Sample, perturb and model a discount on the log of the horizon it sets, ``1 / (1 - value)``: PBT's
+    x0.8 / x1.2 on the value itself takes 0.99 to a bound of [0.95, 0.9999] in one step (0.99 x 1.2 clips to
+    0.9999, 0.99 x 0.8 to 0.95); on the horizon it takes 0.99 to 0.9917 or 0.9875."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.low) and math.isfinite(self.high)):
@@ -54,21 +60,32 @@ class Continuous:
             raise UsageError(f"low must be below high, got low={self.low}, high={self.high}")
         if self.log and self.low <= 0:
             raise UsageError(f"a log-scale parameter needs low > 0, got low={self.low}")
+        if self.horizon and self.log:
+            raise UsageError("a parameter takes one of log and horizon, got both")
+        if self.horizon and not 0 <= self.low < self.high < 1:
+            raise UsageError(f"a horizon-scale parameter (a discount) needs 0 <= low < high < 1, got "
+                             f"low={self.low}, high={self.high}")
         if self.default is not None and not self.low <= self.default <= self.high:
             raise UsageError(f"default {self.default} is outside [{self.low}, {self.high}]")
 
     def to_unit(self, value: float) -> float:
-        """Map a value in ``[low, high]`` to ``[0, 1]`` (linearly in log space for log parameters)."""
-        if self.log:
-            return (math.log(value) - math.log(self.low)) / (math.log(self.high) - math.log(self.low))
-        return (value - self.low) / (self.high - self.low)
+        """Map a value in ``[low, high]`` to ``[0, 1]``, linearly on its scale (the value, its log, or the log of
+        its horizon)."""
+        return (self._scale(value) - self._scale(self.low)) / (self._scale(self.high) - self._scale(self.low))
 
     def from_unit(self, u: float) -> float:
         """Inverse of :meth:`to_unit`; ``u`` is clipped to ``[0, 1]`` first."""
         u = min(max(float(u), 0.0), 1.0)
-        if self.log:
-            return self.clip(math.exp(math.log(self.low) + u * (math.log(self.high) - math.log(self.low))))
-        return self.clip(self.low + u * (self.high - self.low))
+        s = self._scale(self.low) + u * (self._scale(self.high) - self._scale(self.low))
+        return self.clip(math.exp(s) if self.log else -math.expm1(-s) if self.horizon else s)
+
+    def scaled(self, value: float, factor: float) -> float:
+        """PBT's perturbation: ``value`` times ``factor``, or its horizon times ``factor`` on the horizon scale,
+        clipped to the bounds."""
+        return self.clip(1 - (1 - value) / factor if self.horizon else value * factor)
+
+    def _scale(self, value: float) -> float:
+        return math.log(value) if self.log else -math.log1p(-value) if self.horizon else value
 
     def clip(self, value: float) -> float:
         return min(max(float(value), self.low), self.high)
@@ -221,6 +238,8 @@ class Space:
             if isinstance(p, Continuous):  # an Integer's bounds and default are ints already
                 kind = "integer" if isinstance(p, Integer) else "continuous"
                 spec: dict[str, Any] = {"type": kind, "low": p.low, "high": p.high, "log": p.log}
+                if p.horizon:  # written only when set: the runs before it had no such key, and pool by config
+                    spec["horizon"] = True
             else:
                 spec = {"type": "categorical", "choices": list(p.choices)}
             if p.default is not None:
@@ -255,7 +274,7 @@ def _param_from_spec(spec: Any) -> Param:
     if not isinstance(spec, dict):
         raise UsageError(f"expected a mapping with a 'type', got {spec!r}")
     kind = spec.get("type")
-    allowed = {"continuous": {"type", "low", "high", "log", "default"},
+    allowed = {"continuous": {"type", "low", "high", "log", "horizon", "default"},
                "integer": {"type", "low", "high", "log", "default"},
                "categorical": {"type", "choices", "default"}}
     if kind not in allowed:
@@ -268,11 +287,12 @@ def _param_from_spec(spec: Any) -> Param:
             if key not in spec:
                 raise UsageError(f"a{'n' if kind == 'integer' else ''} {kind} parameter needs '{key}'")
         default = _number(spec, "default") if spec.get("default") is not None else None
-        log = spec.get("log", False)
-        if not isinstance(log, bool):
-            raise UsageError(f"log must be true or false, got {log!r}")
+        flags = {key: spec.get(key, False) for key in ("log", "horizon") if key in allowed[kind]}
+        for key, flag in flags.items():
+            if not isinstance(flag, bool):
+                raise UsageError(f"{key} must be true or false, got {flag!r}")
         numeric = Integer if kind == "integer" else Continuous
-        return numeric(_number(spec, "low"), _number(spec, "high"), log=log, default=default)
+        return numeric(_number(spec, "low"), _number(spec, "high"), default=default, **flags)
     choices = spec.get("choices")
     if not isinstance(choices, list):
         raise UsageError(f"choices must be a list, got {choices!r}")

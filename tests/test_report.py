@@ -12,13 +12,16 @@ import sys
 from pathlib import Path
 
 import matplotlib.image
+import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
 from pbx.history import EVALUATOR_ROLE, RESULT_ROLE, History, HistoryLog, Row, best_rows
 from pbx.report import main
 from pbx.reporting import LAST_K, default_out, headline, load_run, member_kind, run_labels
+from pbx.reporting.plots import _schedule_axis
 from pbx.reporting.pooling import with_member_kind
 from pbx.space import Categorical, Continuous, Space
 
@@ -348,3 +351,15 @@ def test_the_train_score_panel_draws_the_points_within_rounds_along_the_lineage(
     branch = next(s for s in segments if s.branched and s.member == copied["member"])
     assert (branch.steps[0], branch.values[0]) == within[(int(copied["parent"]), int(copied["round"]) - 1)][-1]
     assert branch.steps[1:5] == [4.0 * copied["round"] + k for k in (1, 2, 3, 4)]
+
+
+def test_a_horizon_scale_discount_is_drawn_on_its_horizons() -> None:
+    frame = pd.DataFrame({"member": [0, 0], "round": [0, 1], "steps": [10, 20], "gamma": [0.95, 0.999]})
+    fig, ax = plt.subplots()
+    _schedule_axis(ax, frame, "gamma", Continuous(0.9, 0.9999, horizon=True), [0])
+    assert ax.get_ylabel() == "gamma (horizon scale)"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0.9", "0.99", "0.999", "0.9999"]
+    to_axis = ax.transData.transform
+    gaps = np.diff([to_axis((0, y))[1] for y in (0.9, 0.99, 0.999, 0.9999)])
+    assert np.allclose(gaps, gaps[0])  # a decade of horizon is one step, as on the cube PBT and PB2 move it on
+    plt.close(fig)

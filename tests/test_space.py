@@ -140,3 +140,30 @@ def test_a_space_hands_out_ints_for_integer_parameters_and_floats_for_continuous
 ])
 def test_values_are_shown_short_but_never_falsely_whole(value: object, digits: int, text: str) -> None:
     assert shown(value, digits) == text
+
+
+def test_a_discount_on_the_horizon_scale_spreads_over_horizons_and_round_trips_through_yaml() -> None:
+    space = Space.from_dict({"gamma": {"type": "continuous", "low": 0.9, "high": 0.999, "horizon": True}})
+    p = space.params["gamma"]
+    # horizons 10, 100, 1000: 0.99 is the middle of the cube, as 1e-3 is of a log-scale [1e-4, 1e-2]
+    assert p.to_unit(0.99) == pytest.approx(0.5) and p.from_unit(0.5) == pytest.approx(0.99)
+    assert p.initial() == pytest.approx(0.99)
+    draws = np.array([p.sample(np.random.default_rng(i)) for i in range(2000)])
+    assert draws.min() >= 0.9 and draws.max() <= 0.999
+    assert 0.4 < (draws > 0.99).mean() < 0.6  # linear on the value, 91% would be below 0.99
+    written = space.to_dict()
+    assert written["gamma"]["horizon"] is True and Space.from_dict(written) == space
+    assert "horizon" not in Space.from_dict({"g": {"type": "continuous", "low": 0.9, "high": 0.99}}).to_dict()["g"]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"low": 0.9, "high": 1.0, "horizon": True}, "needs 0 <= low < high < 1, got low=0.9, high=1.0"),
+    ({"low": 0.9, "high": 0.99, "horizon": True, "log": True}, "one of log and horizon"),
+    ({"low": 0.9, "high": 0.99, "horizon": "yes"}, "horizon must be true or false, got 'yes'"),
+])
+def test_a_bad_horizon_scale_is_one_clear_error(spec: dict, message: str) -> None:
+    with pytest.raises(UsageError, match=None) as err:
+        Space.from_dict({"gamma": {"type": "continuous", **spec}})
+    assert message in str(err.value)
+    with pytest.raises(UsageError, match=r"unknown key\(s\) \['horizon'\]"):
+        Space.from_dict({"n": {"type": "integer", "low": 1, "high": 9, "horizon": True}})

@@ -144,6 +144,17 @@ def test_pbt_clips_at_the_bound() -> None:
         PBT.settings_cls(resample_prob=1.5)
 
 
+def test_pbt_perturbs_a_discount_on_the_horizon_scale_by_its_horizon() -> None:
+    space = Space({"gamma": Continuous(0.95, 0.9999, horizon=True), "linear": Continuous(0.95, 0.9999)})
+    seen = set()
+    for seed in range(40):
+        new, ops = perturb({"gamma": 0.99, "linear": 0.99}, space, np.random.default_rng(seed), resample_prob=0.0)
+        seen.add((round(new["gamma"], 6), ops[0]))
+        assert new["linear"] in (0.95, 0.9999)  # on the value itself, either factor lands on a bound
+    # horizon 100 times 1.2 is 120 (0.99167), times 0.8 is 80 (0.9875)
+    assert seen == {(round(1 - 1 / 120, 6), "gamma horizon * 1.2"), (0.9875, "gamma horizon * 0.8")}
+
+
 def test_pbt_moves_a_small_integer_by_at_least_one_step_the_factors_way() -> None:
     space = Space({"n": Integer(1, 20)})
     rng = np.random.default_rng(0)

@@ -29,7 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter
 
-from pbx.space import Continuous, Param, Space
+from pbx.space import Continuous, Param, Space, shown
 from pbx.reporting.stats import Estimate
 
 with warnings.catch_warnings():
@@ -244,11 +244,21 @@ def _mark_empty(ax: Axes, text: str) -> None:
 
 def _schedule_axis(ax: Axes, frame: pd.DataFrame, name: str, param: Param, members: list[int]) -> pd.Series:
     """Set up ``ax`` for one hyperparameter and return the y position of each row on it."""
-    _label_axes(ax, f"{name} (log scale)" if isinstance(param, Continuous) and param.log else name, "")
+    scale = "log" if isinstance(param, Continuous) and param.log else \
+        "horizon" if isinstance(param, Continuous) and param.horizon else ""
+    _label_axes(ax, f"{name} ({scale} scale)" if scale else name, "")
     if isinstance(param, Continuous):
         for bound in (param.low, param.high):
             ax.axhline(bound, color="0.6", linestyle=":", linewidth=0.8)
-        ax.set_yscale("log" if param.log else "linear")
+        if param.horizon:  # the scale PBT and PB2 move it on: 0.99 and 0.999 a decade apart
+            # (matplotlib also maps its default limits, 0 to 1, through it: 1 is held just below)
+            ax.set_yscale("function", functions=(lambda x: -np.log1p(-np.minimum(x, 1 - 1e-12)),
+                                                 lambda s: -np.expm1(-s)))
+            ticks = sorted({param.low, param.high} | {1 - 10.0 ** -k for k in range(1, 7)
+                                                       if param.low < 1 - 10.0 ** -k < param.high})
+            ax.set_yticks(ticks, [shown(tick) for tick in ticks])
+        else:
+            ax.set_yscale("log" if param.log else "linear")
         return frame[name].astype(float)
     ax.set_yticks(range(len(param.choices)), [str(c) for c in param.choices])
     ax.set_ylim(-0.5, len(param.choices) - 0.5)

@@ -2,7 +2,8 @@
 
 Explore after copying a donor: each continuous hyperparameter is, with
 probability ``resample_prob``, drawn afresh from the prior, else multiplied by
-0.8 or 1.2 and clipped to its bounds; each categorical one is redrawn with
+0.8 or 1.2 (a discount on the horizon scale: its horizon ``1 / (1 - gamma)``) and
+clipped to its bounds; each categorical one is redrawn with
 probability 0.5 (``cat_exp random``), or held at one value for the whole run
 (``cat_exp fixed``, as the PB2 authors' PBT does). The bandit values of
 ``cat_exp`` need PB2's GP (:mod:`pbx.strategies.pb2`). PB2 reuses :func:`perturb`
@@ -62,11 +63,11 @@ def perturb(
             ops.append(f"{name} resample")
         else:
             factor = FACTORS[int(rng.integers(2))]
-            new[name] = param.clip(float(config[name]) * factor)
+            new[name] = param.scaled(float(config[name]), factor)
             if isinstance(param, Integer) and new[name] == config[name]:
                 # rounding undid the move (2 * 1.2 is 2): step one whole number the factor's way
                 new[name] = param.clip(int(config[name]) + (1 if factor > 1 else -1))
-            ops.append(f"{name} * {factor}")
+            ops.append(f"{name}{' horizon' if param.horizon else ''} * {factor}")
     return new, ops
 
 
