@@ -4,6 +4,7 @@ the bad input that comes with them."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -172,6 +173,15 @@ def test_a_missing_simulator_is_one_line_naming_the_pip_command(tmp_path, hidden
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr == f"error: {fix}\n", proc.stderr
 
+
+
+def test_a_rendering_backend_mujoco_cannot_load_is_one_line_naming_it(tmp_path) -> None:
+    # MuJoCo reads MUJOCO_GL when it is imported: a value it does not know raises there, before any env exists.
+    proc = subprocess.run([sys.executable, "-m", "pbx.train", "--env", "Hopper-v5", "--run-dir", str(tmp_path / "r")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "MUJOCO_GL": "vga"})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: Hopper-v5: importing gymnasium.envs.mujoco") and "MUJOCO_GL=vga" in proc.stderr
+    assert not (tmp_path / "r").exists()
 
 @pytest.mark.parametrize("space, message", [
     ("n_steps: {type: integer, low: 40.5, high: 120}", "low must be a whole number for an integer parameter, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -121,6 +122,20 @@ def test_cartpole_is_scored_and_filmed_from_its_render(tmp_path: Path, capsys: p
     _, size = _video_line(out.out.splitlines())
     assert size == (304, 208)  # 600x400 kept at every 2nd pixel, padded to 16-pixel blocks
 
+
+def test_a_mujoco_run_is_filmed_on_a_machine_with_no_display_without_a_traceback(tmp_path: Path) -> None:
+    # Left to itself, gymnasium tries glfw first, which needs a display, and prints the traceback of the failed
+    # context before it falls back to an off-screen library; pbx picks the off-screen one that is there.
+    run_dir = tmp_path / "hopper"
+    assert train.main(["--env", "Hopper-v5", *TINY, "--run-dir", str(run_dir)]) == 0
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL")}
+    gif = tmp_path / "hopper.gif"
+    proc = subprocess.run([sys.executable, "-m", "pbx.evaluate", str(run_dir), "--episodes", "1", "--max-steps", "5",
+                           "--video", str(gif), "--video-episodes", "1"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    with Image.open(gif) as image:
+        assert image.n_frames > 5 and np.asarray(image.convert("RGB")).std() > 0  # a picture, not a blank frame
 
 def _damage(run: Path, tmp_path: Path, case: str) -> list[str]:
     """A copy of ``run`` damaged as ``case`` says; returns the command's arguments."""

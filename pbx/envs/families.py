@@ -17,6 +17,7 @@ A family says how its envs resume (:attr:`Family.resume`):
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -90,10 +91,21 @@ def check_installed(env_id: str) -> None:
     Importing the entry point's module is what fails without it (gymnasium raises
     ``DependencyNotInstalled`` there), so the check costs no env.
     """
+    module = _entry_module(env_id)
     try:
-        importlib.import_module(_entry_module(env_id))
+        importlib.import_module(module)
     except (gymnasium.error.DependencyNotInstalled, ImportError) as err:
         family = gym_family(env_id)
         fix = (f'pip install "pbx[{family.extra}]"' if family.extra is not None
-               else f"install what it needs ({str(err).splitlines()[0][:120]})")
+               else f"install what it needs ({_first_line(err)})")
         raise UsageError(f"{env_id} needs {family.name}, which is not installed: {fix}") from None
+    except Exception as err:  # noqa: BLE001  (a module that fails to import cannot run the env, whatever the reason)
+        gl = os.environ.get("MUJOCO_GL")
+        hint = (f"; MUJOCO_GL={gl} is a rendering backend this machine cannot load: unset it, or set egl, osmesa "
+                f"or glfw, whichever is installed" if gl is not None else "")
+        raise UsageError(f"{env_id}: importing {module} failed ({type(err).__name__}: {_first_line(err)}){hint}") \
+            from None
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).splitlines() or [""])[0][:120]

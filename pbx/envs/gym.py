@@ -6,7 +6,9 @@ episodes the same way the ProcGen adapter does (``info["episode"]``).
 
 from __future__ import annotations
 
+import ctypes.util
 import functools
+import os
 import pickle
 from typing import Any
 
@@ -83,8 +85,25 @@ def _set_simulation(env: gymnasium.Env, simulation: tuple[Any, Any]) -> None:
 def make_gym_env(env_id: str, n_envs: int, seed: int, render: bool = False, saves_state: bool = True) -> GymVecEnv:
     """``n_envs`` copies of ``env_id``, env i seeded with ``seed + i`` at its first reset; ``render``: each
     env's ``render()`` returns an RGB frame; ``saves_state``: see :attr:`GymVecEnv.saves_state`."""
+    if render:
+        _headless_gl()
     kwargs = {"render_mode": "rgb_array"} if render else None
     venv = make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs, vec_env_cls=GymVecEnv)
     assert isinstance(venv, GymVecEnv)
     venv.saves_state = saves_state
     return venv
+
+
+def _headless_gl() -> None:
+    """On a machine with no display, point MuJoCo's renderer at an off-screen OpenGL library that is there.
+
+    With ``MUJOCO_GL`` unset, gymnasium tries glfw first, which needs a display: on a headless machine
+    (a cluster node, CI) it fails, prints a traceback from its context's ``__del__`` and only then falls
+    back to EGL. A user's own ``MUJOCO_GL`` is left as it is.
+    """
+    if "MUJOCO_GL" in os.environ or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return
+    backend = next((name for name, lib in (("egl", "EGL"), ("osmesa", "OSMesa")) if ctypes.util.find_library(lib)),
+                   None)
+    if backend is not None:
+        os.environ["MUJOCO_GL"] = backend
