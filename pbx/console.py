@@ -18,6 +18,11 @@ from pbx.history import best_rows
 from pbx.strategies import Decision
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 member``, ``4 members``: a count with its noun in the number it takes."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def format_score(value: float) -> str:
     return "nan" if math.isnan(value) else f"{value:.4g}"
 

@@ -24,7 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from pbx.config import RunConfig, resolve
-from pbx.console import format_score
+from pbx.console import counted, format_score
 from pbx.envs import is_procgen
 from pbx.errors import UsageError
 from pbx.files import durable_write
@@ -79,7 +79,7 @@ class Score:
         """``stochastic     mean 12.5 | std 3.1 | 100 episodes``."""
         cut = f" ({self.cut} cut off at {max_steps:,} steps, counted with their return so far)" if self.cut else ""
         return (f"{policy:<14} mean {format_score(self.mean)} | std {format_score(self.std)} | "
-                f"{self.count} episodes{cut}")
+                f"{counted(self.count, 'episode')}{cut}")
 
 
 def find_target(path: Path, member: str = "best") -> Target:
@@ -195,7 +195,7 @@ def describe(target: Target, levels: str, episodes: int, seed: int) -> str:
     else:
         where = f"train levels ({cfg.member.num_levels or 'unrestricted'} from {cfg.member.start_level})"  # type: ignore[attr-defined]
     return (f"member {target.member} of {target.run_dir.path} after round {target.round + 1}/{cfg.run.rounds} "
-            f"({target.steps:,} steps): {episodes} episodes on {where}, seed {seed}")
+            f"({target.steps:,} steps): {counted(episodes, 'episode')} on {where}, seed {seed}")
 
 
 class _Progress:

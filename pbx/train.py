@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from pbx.console import counted
 from pbx.config import RunConfig, RunSettings, load_yaml, parse_override, resolve
 from pbx.errors import ArgumentParser, UsageError, command_parser
 from pbx.fingerprint import PROVENANCE, continued, provenance
@@ -286,7 +287,7 @@ def _start_line(cfg: RunConfig, run_dir: RunDir, ranks: int = 1, resumed: bool =
     run = cfg.run
     where = f" on {ranks} MPI ranks ({run.comm})" if ranks > 1 else ""
     line = (f"pbx: {run.search} on {run.env}, {cfg.member_cls.describe(cfg.member)} over {cfg.space_source} "
-            f"({', '.join(cfg.space.names)}), {run.pop_size} members{where} x {run.max_budget:,} steps "
+            f"({', '.join(cfg.space.names)}), {counted(run.pop_size, 'member')}{where} x {run.max_budget:,} steps "
             f"({run.rounds} rounds of {run.t_ready:,}), seed {run.seed} -> {run_dir.path}")
     trained = [cfg.trained_steps(r) for r in range(run.rounds)]
     if trained != [cfg.round_steps(r) for r in range(run.rounds)]:
