@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 
 # Flags that map one-to-one onto run settings: (flag spellings, setting name, type, help).
 RUN_FLAGS: list[tuple[tuple[str, ...], str, type, str]] = [
-    (("--env",), "env", str, "toy, toy-cat, toy-deceptive, a ProcGen game (bigfish, coinrun, ...) or a gymnasium id "
-                             "(CartPole-v1)"),
+    (("--env",), "env", str, "toy, toy-cat, toy-deceptive, a ProcGen game (bigfish, coinrun, ...), a gymnasium id "
+                             "(CartPole-v1) or module:Name-v0, an env that module registers"),
     (("--algo",), "algo", str, "the Stable-Baselines3 agent on a gymnasium id: ppo, a2c, sac, td3 or dqn "
                                "(ProcGen games and toys: their own)"),
     (("--search",), "search", str, "strategy: none (fixed baseline; also Fixed), random, PBT, PB2 or FIRE, any case; "

@@ -45,8 +45,13 @@ def check_env(env: str) -> None:
     if is_procgen(env):
         return
     if not is_registered(env):
-        raise UsageError(f"unknown env {env!r}: use a ProcGen game ({', '.join(GAMES)}) "
-                         f"or a registered gymnasium id such as CartPole-v1 or BipedalWalker-v3")
+        module, _, name = env.rpartition(":")
+        if module:
+            raise UsageError(f"unknown env {env!r}: {module} imports, but registers no {name} with gymnasium "
+                             f"(gymnasium.register({name!r}, entry_point=...) in it)")
+        raise UsageError(f"unknown env {env!r}: use a ProcGen game ({', '.join(GAMES)}), a registered gymnasium "
+                         f"id such as CartPole-v1 or BipedalWalker-v3, or module:Name-v0 for an env that module "
+                         f"registers")
     check_installed(env)
 
 

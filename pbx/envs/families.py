@@ -23,6 +23,7 @@ from typing import Mapping
 
 import gymnasium
 
+from pbx.envs.gym import env_spec
 from pbx.errors import UsageError
 
 RESUMES = ("exact", "restart")
@@ -75,7 +76,7 @@ _BY_MODULE = {"gymnasium.envs.classic_control": CLASSIC, "gymnasium.envs.box2d":
 
 def _entry_module(env_id: str) -> str:
     """The module a registered gymnasium id's env class lives in."""
-    entry = gymnasium.spec(env_id).entry_point
+    entry = env_spec(env_id).entry_point
     return entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
 
 

@@ -8,19 +8,41 @@ from __future__ import annotations
 
 import ctypes.util
 import functools
+import importlib
 import os
 import pickle
 from typing import Any
 
 import gymnasium
+from gymnasium.envs.registration import EnvSpec, load_env_creator
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv
 
+from pbx.errors import UsageError
+
+
+def env_spec(env_id: str) -> EnvSpec:
+    """gymnasium's record of ``env_id``, without building the env.
+
+    ``module:Name-v0`` (gymnasium.make's convention for a user's own envs) imports ``module`` first, where
+    the env registers itself; ``gymnasium.spec`` alone does not. Run from the folder that holds the module
+    (``python -m`` puts it on the path) or put it on ``PYTHONPATH``: every process that builds the env
+    (MPI ranks, a resume, an evaluation) imports it the same way from the id in ``config.yaml``.
+    """
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise UsageError(f"--env {env_id}: cannot import {module} ({err}): run from the folder that holds it, "
+                             f"or put that folder on PYTHONPATH") from None
+    return gymnasium.spec(name)
+
 
 def is_registered(env_id: str) -> bool:
-    """Whether gymnasium knows ``env_id`` (without building the env)."""
+    """Whether gymnasium knows ``env_id`` (a ``module:`` prefix imported first, see :func:`env_spec`)."""
     try:
-        gymnasium.spec(env_id)
+        env_spec(env_id)
     except gymnasium.error.Error:
         return False
     return True
@@ -85,13 +107,25 @@ def _set_simulation(env: gymnasium.Env, simulation: tuple[Any, Any]) -> None:
 def make_gym_env(env_id: str, n_envs: int, seed: int, render: bool = False, saves_state: bool = True) -> GymVecEnv:
     """``n_envs`` copies of ``env_id``, env i seeded with ``seed + i`` at its first reset; ``render``: each
     env's ``render()`` returns an RGB frame; ``saves_state``: see :attr:`GymVecEnv.saves_state`."""
-    if render:
-        _headless_gl()
-    kwargs = {"render_mode": "rgb_array"} if render else None
-    venv = make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs, vec_env_cls=GymVecEnv)
+    # Built here, not by id: given an id, SB3 asks every env for rgb_array renders, rendered or not, and
+    # gymnasium warns of an env that cannot render (a user's own).
+    venv = make_vec_env(functools.partial(_rendering, env_id) if render else functools.partial(gymnasium.make, env_id),
+                        n_envs=n_envs, seed=seed, vec_env_cls=GymVecEnv)
     assert isinstance(venv, GymVecEnv)
     venv.saves_state = saves_state
     return venv
+
+
+def _rendering(env_id: str) -> gymnasium.Env:
+    """``env_id`` made to render RGB frames, or :class:`UsageError` where its env cannot."""
+    entry = env_spec(env_id).entry_point
+    modes = list(getattr(load_env_creator(entry) if isinstance(entry, str) else entry, "metadata", {})
+                 .get("render_modes", []))
+    if "rgb_array" not in modes:
+        raise UsageError(f"cannot record the video: {env_id} does not render RGB frames (its metadata's "
+                         f"render_modes: {modes})")
+    _headless_gl()
+    return gymnasium.make(env_id, render_mode="rgb_array")
 
 
 def _headless_gl() -> None:
