@@ -18,6 +18,7 @@ COMMANDS = {
     "report": "plots and tables of one run, several runs, or a sweep (rliable statistics)",
     "replay": "train a fresh agent with a member's discovered schedule",
     "evaluate": "score a member's checkpoint on test or training levels, and record a video",
+    "export": "a member's checkpoint as Stable-Baselines3 files (model.zip, vecnormalize.pkl) to use outside pbx",
 }
 WIDTH = "100"
 PAGE = Path(__file__).resolve().parent / "cli.md"

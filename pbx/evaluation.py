@@ -58,6 +58,20 @@ class Target:
     def checkpoint(self) -> Path:
         return self.run_dir.checkpoint(self.member, self.round)
 
+    def load_member(self, device: str | None = None) -> Any:
+        """The member rebuilt from the run's config with the checkpoint loaded as a donor's (the learner, not
+        the training envs), on ``device`` (None: the run's); the caller closes it."""
+        cfg = self.cfg
+        context = MemberContext(env=cfg.run.env, index=self.member, seed=member_seed(cfg.run.seed, self.member),
+                                device=cfg.run.device if device is None else device)
+        member: Any = cfg.member_cls(context, cfg.member, {})
+        try:
+            member.load(self.checkpoint, own=False)
+        except BaseException:
+            member.close()
+            raise
+        return member
+
 
 @dataclass(frozen=True)
 class Score:
@@ -95,8 +109,8 @@ def find_target(path: Path, member: str = "best") -> Target:
     except UsageError as err:
         raise UsageError(f"{run_dir.config}: {err}") from None
     if not hasattr(cfg.member_cls, "play"):
-        raise UsageError(f"{path} trains {cfg.run.env}, which has no episodes to play: pbx.evaluate scores PPO "
-                         f"members (a ProcGen game or a gymnasium id)")
+        raise UsageError(f"{path} trains {cfg.run.env}, which has no episodes to play: pbx.evaluate and pbx.export "
+                         f"take SB3 members (a ProcGen game or a gymnasium id)")
     row = last_round_row(run.frame, member)
     target = Target(run_dir, cfg, int(row["member"]), int(row["round"]), int(row["steps"]))
     if not target.checkpoint.is_file():
@@ -144,11 +158,8 @@ def evaluate(target: Target, *, episodes: int = 100, levels: str = "test", seed:
     """
     check_options(episodes, levels, max_steps, video, video_episodes)
     cfg = target.cfg
-    context = MemberContext(env=cfg.run.env, index=target.member, seed=member_seed(cfg.run.seed, target.member),
-                            device=cfg.run.device if device is None else device)
-    member: Any = cfg.member_cls(context, cfg.member, {})
+    member = target.load_member(device)
     try:
-        member.load(target.checkpoint, own=False)
         max_steps = max_steps or member.settings.eval_max_steps
         recorder = Recorder(min(video_episodes, episodes)) if video is not None else None
         scores: dict[str, Score] = {}

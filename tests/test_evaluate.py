@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pbx import evaluate, train
+from pbx import evaluate, export, train
 from pbx.evaluation import evaluate as evaluate_target, find_target
 from pbx.video import imageio_ffmpeg
 
@@ -89,6 +89,21 @@ def test_scores_both_policies_and_writes_videos_that_decode(bigfish_run: Path, t
     # the frames shown, held ones and ones Pillow merged included; GIF counts time in 10 ms steps
     assert abs(sum(durations) - frames * 1000 / 15) < 10 * len(durations)
 
+
+def test_a_procgen_member_exports_to_what_ppo_load_reads(bigfish_run: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # The IMPALA policy is pbx's class: the zip loads where pbx is installed (the other agents': tests/test_export.py).
+    from stable_baselines3 import PPO
+
+    assert export.main([str(bigfish_run), "--out", str(tmp_path / "agent")]) == 0
+    # rewards are normalised, frames go in raw: the pickle holds return statistics only
+    assert "its return statistics (its policy acts on raw observations)" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "agent").iterdir()) == ["model.zip", "vecnormalize.pkl"]
+    model = PPO.load(tmp_path / "agent" / "model.zip", device="cpu")
+    member = find_target(bigfish_run).load_member()
+    obs = np.random.default_rng(0).integers(0, 256, size=(4, 3, 64, 64), dtype=np.uint8)
+    assert np.array_equal(model.predict(obs, deterministic=True)[0], member.act(obs, deterministic=True))
+    member.close()
 
 def test_train_levels_are_the_runs_training_levels(bigfish_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import pbx.members.ppo as ppo

@@ -3,17 +3,24 @@
 A checkpoint holds everything a member needs to continue bit for bit (the learner as SB3's own
 save table lists it, the normalisation statistics, the envs, the random streams, the step and
 update counts); an exploit takes the learner and leaves the recipient's world (envs, streams)
-as it was. The methods read the member's attributes (``model``, ``_norm``, ``_venv``,
+as it was. :meth:`Checkpointed.export` writes the learner as plain SB3 files instead, for use outside pbx.
+The methods read the member's attributes (``model``, ``_norm``, ``_venv``,
 ``_learner``, ``_rng``, ``settings``, ``context``), which :class:`~pbx.members.sb3.SB3Member` sets up.
 """
 
 from __future__ import annotations
 
+import copy
+import pickle
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
+
+# pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
+import pbx.envs  # noqa: F401  # isort: skip
+from stable_baselines3.common.vec_env import VecNormalize
 
 from pbx.errors import UsageError
 from pbx.files import durable_write
@@ -44,6 +51,29 @@ class Checkpointed:
         path = Path(path)
         state = {**self._checkpoint(), **self._save_beside(path)}
         durable_write(path, lambda tmp: torch.save(state, tmp))
+
+    def export(self, folder: Path) -> list[Path]:
+        """Write the learner as plain Stable-Baselines3 files into ``folder``; return their paths.
+
+        ``model.zip`` is SB3's own save of the model, which the agent's class loads (``SAC.load``) without
+        pbx: SB3 keeps some classes by reference, and pbx's own there (an off-policy agent's replay buffer
+        class) are left out, so SB3's defaults take their place. ProcGen's IMPALA policy is pbx's class and
+        loads where pbx is installed. A member that normalises observations or rewards adds
+        ``vecnormalize.pkl``, the statistics as ``VecNormalize.load`` reads them (rl-zoo's layout); the
+        policy acts on observations normalised with them.
+        """
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        model = self.model
+        ours = [name for name, value in vars(model).items() if name != "policy_class" and isinstance(value, type)
+                and value.__module__.split(".")[0] == "pbx"]
+        written = [folder / "model.zip"]
+        durable_write(written[0], lambda tmp: _save_model(model, tmp, ours))
+        if self._norm.norm_obs or self._norm.norm_reward:
+            written.append(folder / "vecnormalize.pkl")
+            plain = _plain_normalizer(self._norm)
+            durable_write(written[1], lambda tmp: tmp.write_bytes(pickle.dumps(plain)))
+        return written
 
     def _save_beside(self, path: Path) -> dict[str, Any]:
         """Write durably what is kept beside the checkpoint ``path`` (an off-policy agent's replay buffer), before
@@ -153,3 +183,19 @@ class Checkpointed:
         finally:
             self._norm.training = training
         self._started(obs)
+
+
+def _save_model(model: Any, path: Path, exclude: list[str]) -> None:
+    # a file object: given a path without ".zip", SB3 would add the suffix
+    with open(path, "wb") as f:
+        model.save(f, exclude=exclude)
+
+
+def _plain_normalizer(norm: VecNormalize) -> VecNormalize:
+    """SB3's ``VecNormalize`` holding ``norm``'s statistics and settings (pbx's subclass would need pbx to load),
+    frozen (``training`` off), without an env: ``VecNormalize.load(path, venv)`` gives it one."""
+    plain = VecNormalize.__new__(VecNormalize)
+    plain.__dict__.update(copy.deepcopy(norm.__getstate__()))
+    # VecNormalize.__getstate__ drops these three when pickled
+    plain.__dict__.update(venv=None, class_attributes={}, returns=None, training=False)
+    return plain
