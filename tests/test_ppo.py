@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -179,8 +180,11 @@ def assert_trains_with(member: PPOMember, config: dict[str, Any]) -> None:
 @pytest.mark.parametrize("value_loss, new", [("reference", NEW_CONFIG), ("sb3", SB3_NEW_CONFIG)])
 def test_apply_reaches_every_place_sb3_reads_a_hyperparameter(value_loss: str, new: dict[str, Any],
                                                              tmp_path: Path) -> None:
+    threads = threading.active_count()
     member = make_member(log_dir=tmp_path / "tb", value_loss=value_loss)
     member.train(ROLLOUT)
+    # No writer thread: a Ctrl-C could leave one asleep and closing it would then never return (pbx.tblog).
+    assert threading.active_count() == threads
     member.apply(new)
     assert_trains_with(member, new)
     # SB3 writes its own losses to TensorBoard in the member's log folder

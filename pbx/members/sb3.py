@@ -38,7 +38,6 @@ import torch
 from pbx.envs import StatefulVecEnv, check_env, family, is_procgen, make_env  # isort: skip
 from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.logger import Logger, configure
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.utils import FloatSchedule
@@ -52,6 +51,7 @@ from pbx.members.normalize import Normalizer
 from pbx.members.process import (check_device, deterministic_torch, resolve_device, rng_state, set_rng_state,
                                  thread_budget)
 from pbx.members.sb3_checkpoint import Checkpointed
+from pbx.members.sb3_log import member_logger
 from pbx.members.sb3_settings import SB3Settings
 from pbx.rollout import Played, Watcher, play
 from pbx.space import Config, Space
@@ -213,8 +213,7 @@ class SB3Member(Checkpointed, Member):
         # checkpoint written before any training holds them too. Reset the env SB3 steps
         # (``model.env``): for channels-last images it adds a ``VecTransposeImage`` on top.
         self._started(self.model.env.reset())
-        self.model.set_logger(configure(str(context.log_dir), ["tensorboard"]) if context.log_dir is not None
-                              else Logger(folder=None, output_formats=[]))
+        self.model.set_logger(member_logger(context.log_dir))
         self._config: Config = {}
         self._note = ""
         self._curve: list[tuple[int, float]] = []
