@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from procgen import ProcgenGym3Env
@@ -49,6 +51,7 @@ def test_adapter_matches_raw_procgen_step_for_step() -> None:
                 assert "episode" not in infos[i]
     assert episodes > 0
     env.close()
+    raw.close()
 
 
 @pytest.mark.parametrize("num_levels, start_level, mode", [(200, 0, "easy"), (0, 0, "easy"), (10, 500, "hard")])
@@ -74,6 +77,17 @@ def test_state_round_trip_continues_bit_for_bit() -> None:
             assert np.array_equal(x, y)
         assert a[3] == b[3]
 
+
+
+def test_an_env_closes_while_another_env_is_being_built() -> None:
+    # An env the garbage collector frees unclosed closes itself in __del__, which can run inside another env's
+    # constructor while that holds cffi's lock (binding a C function): the close must not need the lock.
+    env = make_env("bigfish", 1, seed=0)
+    with env._env._ffi._lock:
+        closer = threading.Thread(target=env.close, daemon=True)
+        closer.start()
+        closer.join(timeout=10)
+        assert not closer.is_alive(), "closing the env waited for the lock another env's constructor holds"
 
 @pytest.mark.parametrize("game", GAMES)
 def test_every_procgen_game_builds_and_steps(game: str) -> None:

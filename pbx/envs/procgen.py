@@ -48,6 +48,10 @@ class ProcgenVecEnv(VecEnv):
                  distribution_mode: str = "easy", num_threads: int = 0) -> None:
         self._env = ProcgenGym3Env(num=n_envs, env_name=game, num_levels=num_levels, start_level=start_level,
                                    distribution_mode=distribution_mode, rand_seed=seed, num_threads=num_threads)
+        # cffi binds a library's C functions on first use, under a lock all ProcGen envs share. An env the garbage
+        # collector frees unclosed closes itself in __del__: binding libenv_close then, while another env's
+        # constructor holds that lock (a collection can run there), hung the process for good. Bound now.
+        self._env._c_lib.libenv_close  # noqa: B018
         height, width, channels = self._env.ob_space["rgb"].shape
         self.render_mode = None
         super().__init__(n_envs, spaces.Box(0, 255, (channels, height, width), np.uint8),
