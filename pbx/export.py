@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             written = member.export(out)
         except OSError as err:
-            raise UsageError(f"--out {out}: {err.strerror}") from None
+            raise UsageError(f"{out}: {err.strerror}") from None
         finally:
             member.close()
         config, raw = dict(member.config), not member.settings.normalize_obs
