@@ -33,10 +33,14 @@ from conftest import ROOT, kill_after, start_train
 
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 OFF_POLICY = ["-m", "buffer_size=2000", "learning_starts=64", "net_arch=[16,16]"]
-# (DQN's classic space searches batch_size.) Pendulum's episodes last 200 steps: rounds of 200 score one whole episode each, so members are ranked and copied.
+# (DQN's classic space searches batch_size.) Pendulum's episodes last 200 steps: rounds of 200 score one whole
+# episode each, so members are ranked and copied. SAC and TD3 update every 4 steps: a quarter of the updates, the
+# same checkpoint and resume paths.
 RUNS = {
-    "sac": ["--env", "Pendulum-v1", "--t_ready", "200", "--max_budget", "800", *OFF_POLICY, "batch_size=32"],
-    "td3": ["--env", "Pendulum-v1", "--t_ready", "200", "--max_budget", "800", *OFF_POLICY, "batch_size=32"],
+    "sac": ["--env", "Pendulum-v1", "--t_ready", "200", "--max_budget", "800", *OFF_POLICY, "batch_size=32",
+            "train_freq=4"],
+    "td3": ["--env", "Pendulum-v1", "--t_ready", "200", "--max_budget", "800", *OFF_POLICY, "batch_size=32",
+            "train_freq=4"],
     "dqn": ["--env", "CartPole-v1", "--t_ready", "128", "--max_budget", "512", *OFF_POLICY, "train_freq=16",
             "gradient_steps=8", "schedule_timesteps=512"],
     "a2c": ["--env", "CartPole-v1", "--t_ready", "200", "--max_budget", "800", "-m", "n_envs=4",

@@ -18,7 +18,7 @@ from scipy import linalg
 from scipy.optimize import minimize
 
 from pbx.strategies.gp import Posterior, cholesky
-from pbx.strategies.kernels import se_gradient, sq_dist
+from pbx.strategies.sqexp import se_gradient, sq_dist
 
 SCREEN = 128
 """Random points screened in one vectorised prediction to seed the acquisition optimiser."""

@@ -18,14 +18,16 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import GPy
 import numpy as np
 from scipy import linalg
 from scipy.linalg import blas
 
-from pbx.strategies.kernels import MixedKernel, TimeVaryingSE
+if TYPE_CHECKING:
+    from pbx.strategies.kernels import MixedKernel, TimeVaryingSE
+
+    Kernel = TimeVaryingSE | MixedKernel
 
 Y_CLIP = 2.0
 """Standardised improvement rates are clipped to ``[-Y_CLIP, Y_CLIP]`` (the paper's outlier guard)."""
@@ -43,9 +45,6 @@ JITTERS = (0.0, 1e-8, 1e-6, 1e-4, 1e-2)
 """Jitter ladder for the posterior's Cholesky, relative to the mean of the diagonal."""
 GPY_LOGGERS = ("GP", "paramz")
 """Loggers GPy and paramz write INFO lines to on every model built ("initializing Y", ...)."""
-
-
-Kernel = TimeVaryingSE | MixedKernel
 
 
 @dataclass(frozen=True)
@@ -91,7 +90,12 @@ def quiet() -> Iterator[None]:
 
 def make_kernel(X: np.ndarray, n_cat: int) -> Kernel:
     """A fresh kernel for inputs ``X``: the time-varying SE, or with ``n_cat`` category columns the
-    mixed kernel (both parts' variances starting at 1, so ``k(x, x)`` starts at 1 as ``lambda = 1/2``)."""
+    mixed kernel (both parts' variances starting at 1, so ``k(x, x)`` starts at 1 as ``lambda = 1/2``).
+
+    GPy is imported here, by the first fit, not when PB2 is: it costs about a second at every
+    process start (each rank, each command), and runs that never fit a GP should not pay it."""
+    from pbx.strategies.kernels import MixedKernel, TimeVaryingSE
+
     if n_cat:
         return MixedKernel(n_cat, X.shape[1] - 2 - n_cat)
     return TimeVaryingSE(X.shape[1], variance=SIGNAL_INIT)
@@ -107,6 +111,8 @@ def fit_kernel(X: np.ndarray, y: np.ndarray, fixed_noise: float | None = None, n
     Returns the fitted kernel and the likelihood noise variance. Raises
     ``LinAlgError`` or ``FloatingPointError`` when the fit fails or ends non-finite.
     """
+    import GPy
+
     kernel = make_kernel(X, n_cat)
     model = GPy.models.GPRegression(X, y[:, None], kernel, noise_var=fixed_noise or NOISE_INIT)
     if fixed_noise is None:

@@ -34,6 +34,8 @@ from GPy.kern import Kern
 from paramz.caching import Cache_this
 from paramz.transformations import Logexp, Logistic
 
+from pbx.strategies.sqexp import se_gradient, sq_dist
+
 LENGTHSCALE_BOUNDS = (1e-5, 1.0)
 EPSILON_BOUNDS = (0.0, 0.5)
 MIX_INIT = 0.5
@@ -49,26 +51,6 @@ def time_decay_rate(epsilon: float) -> float:
 def time_gradient(weighted: np.ndarray, t: np.ndarray, t2: np.ndarray, rate: float) -> np.ndarray:
     """``sum_j weighted[i, j] d/dt_i (rate |t_i - t2_j|)``, shape (n,); ``sign`` is 0 at the kink ``t = t'``."""
     return rate * np.sum(weighted * np.sign(t[:, None] - t2[None, :]), 1)
-
-
-def sq_dist(x: np.ndarray, x2: np.ndarray) -> np.ndarray:
-    """Squared Euclidean distances (n, m) between the rows of ``x`` (n, q) and ``x2`` (m, q)."""
-    sq = x @ x2.T
-    sq *= -2.0
-    sq += np.sum(x * x, 1)[:, None]
-    sq += np.sum(x2 * x2, 1)[None, :]
-    return np.maximum(sq, 0.0, out=sq)  # cancellation can leave tiny negatives
-
-
-def se_gradient(weighted: np.ndarray, x: np.ndarray, x2: np.ndarray, lengthscale: float) -> np.ndarray:
-    """``sum_j weighted[i, j] * d/dx_i (-||x_i - x2_j||^2 / lengthscale)``, shape (n, q).
-
-    With ``weighted = dL_dK * K`` this is the input gradient of any kernel with the
-    factor ``exp(-||x - x'||^2 / lengthscale)``, since that factor's derivative is
-    itself times ``-2 (x - x') / lengthscale``.
-    """
-    # sum_j w_ij (x_i - x2_j) = x_i * rowsum(w) - w @ x2
-    return -2.0 / lengthscale * (x * np.sum(weighted, 1)[:, None] - weighted @ x2)
 
 
 class TimeVaryingSE(Kern):
