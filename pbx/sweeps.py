@@ -232,8 +232,7 @@ def prepare(sweep: Sweep, keep_stored: bool = False) -> None:
         if not isinstance(stored, dict):
             raise UsageError(f"{path}: not a pbx sweep record")
         changed = changed_keys(stored.get("experiment") or {}, record["experiment"])
-        if stored.get("variants") != record["variants"]:
-            changed.append("sweep:")
+        changed += changed_variants(stored.get("variants") or [], record["variants"])
         if changed:
             raise UsageError(f"{sweep.given()} is not the experiment {sweep.out} was made for ({', '.join(changed)} "
                              f"changed since): restore it, or start a new sweep with --out DIR")
@@ -248,6 +247,20 @@ def prepare(sweep: Sweep, keep_stored: bool = False) -> None:
         if not sweep.stored_path(variant).is_file():
             sweep.stored_path(variant).parent.mkdir(exist_ok=True)
             _write_yaml(sweep.stored_path(variant), sweep.resolved[variant.name])
+
+
+def changed_variants(stored: Sequence[Mapping[str, Any]], now: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What differs between two sweep records' variants, as the refusal names it: ``sweep.NAME.KEY`` for a
+    setting a variant changed, ``sweep.NAME (added)`` / ``(removed)``, ``sweep order`` when only their order
+    moved (it numbers the runs ``--only`` and Slurm arrays pick)."""
+    old = {v["name"]: v.get("settings") or {} for v in stored}
+    new = {v["name"]: v.get("settings") or {} for v in now}
+    changed = [f"sweep.{name} (added)" for name in new if name not in old]
+    changed += [f"sweep.{name} (removed)" for name in old if name not in new]
+    changed += [f"sweep.{name}.{key}" for name in new if name in old for key in changed_keys(old[name], new[name])]
+    if not changed and list(old) != list(new):
+        changed.append("sweep order")
+    return changed
 
 
 def _check_stored(sweep: Sweep, keep_stored: bool) -> None:

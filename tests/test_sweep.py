@@ -216,6 +216,25 @@ def test_a_changed_file_is_refused_for_its_old_folder(tmp_path, capsys) -> None:
     assert main([str(exp), "--seeds", "1", "--out", str(tmp_path / "new")]) == 0
 
 
+@pytest.mark.parametrize("now, named", [
+    ("[{name: a, search: none}, {name: b, search: PBT, quantile: 0.5}]", "(sweep.b.quantile changed since)"),
+    ("[{name: a, search: none}, {name: b, search: PBT}, {name: c, search: PB2}]", "(sweep.c (added) changed"),
+    ("[{name: a, search: none}]", "(sweep.b (removed) changed"),
+    ("[{name: b, search: PBT}, {name: a, search: none}]", "(sweep order changed since)"),
+])
+def test_a_changed_variant_is_named_in_the_refusal(tmp_path, capsys, now, named) -> None:
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("run: {env: toy, t_ready: 4, max_budget: 4}\nsweep: [{name: a, search: none}, "
+                   "{name: b, search: PBT}]\n")
+    out = tmp_path / "out"
+    assert main([str(exp), "--seeds", "1", "--out", str(out)]) == 0
+    exp.write_text(f"run: {{env: toy, t_ready: 4, max_budget: 4}}\nsweep: {now}\n")
+    capsys.readouterr()
+    assert main([str(exp), "--seeds", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err, err
+
+
 def test_a_sweep_whose_space_file_changed_between_seeds_is_refused_unless_kept(tmp_path, capsys) -> None:
     space = tmp_path / "space.yaml"
     space.write_text("h0: {type: continuous, low: 0, high: 1}\nh1: {type: continuous, low: 0, high: 1}\n")
