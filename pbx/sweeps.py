@@ -231,8 +231,12 @@ def prepare(sweep: Sweep, keep_stored: bool = False) -> None:
         stored = read_yaml(path, "sweep record")
         if not isinstance(stored, dict):
             raise UsageError(f"{path}: not a pbx sweep record")
+        variants = stored.get("variants")
+        if not isinstance(variants, list) or not all(isinstance(v, dict) and isinstance(v.get("name"), str)
+                                                      and isinstance(v.get("settings"), dict) for v in variants):
+            raise UsageError(f"{path}: not a pbx sweep record (its variants are not a list of name and settings)")
         changed = changed_keys(stored.get("experiment") or {}, record["experiment"])
-        changed += changed_variants(stored.get("variants") or [], record["variants"])
+        changed += _changed_variants(variants, record["variants"])
         if changed:
             raise UsageError(f"{sweep.given()} is not the experiment {sweep.out} was made for ({', '.join(changed)} "
                              f"changed since): restore it, or start a new sweep with --out DIR")
@@ -249,12 +253,12 @@ def prepare(sweep: Sweep, keep_stored: bool = False) -> None:
             _write_yaml(sweep.stored_path(variant), sweep.resolved[variant.name])
 
 
-def changed_variants(stored: Sequence[Mapping[str, Any]], now: Sequence[Mapping[str, Any]]) -> list[str]:
+def _changed_variants(stored: Sequence[Mapping[str, Any]], now: Sequence[Mapping[str, Any]]) -> list[str]:
     """What differs between two sweep records' variants, as the refusal names it: ``sweep.NAME.KEY`` for a
     setting a variant changed, ``sweep.NAME (added)`` / ``(removed)``, ``sweep order`` when only their order
     moved (it numbers the runs ``--only`` and Slurm arrays pick)."""
-    old = {v["name"]: v.get("settings") or {} for v in stored}
-    new = {v["name"]: v.get("settings") or {} for v in now}
+    old = {v["name"]: v["settings"] for v in stored}
+    new = {v["name"]: v["settings"] for v in now}
     changed = [f"sweep.{name} (added)" for name in new if name not in old]
     changed += [f"sweep.{name} (removed)" for name in old if name not in new]
     changed += [f"sweep.{name}.{key}" for name in new if name in old for key in changed_keys(old[name], new[name])]

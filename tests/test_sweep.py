@@ -235,6 +235,21 @@ def test_a_changed_variant_is_named_in_the_refusal(tmp_path, capsys, now, named)
     assert err.count("\n") == 1 and named in err, err
 
 
+@pytest.mark.parametrize("damage", ["- name: none", "  settings:"])
+def test_a_damaged_sweep_record_is_one_line(tmp_path, capsys, damage) -> None:
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("run: {env: toy, t_ready: 4, max_budget: 4}\nsweep: {search: [none]}\n")
+    out = tmp_path / "out"
+    assert main([str(exp), "--seeds", "1", "--out", str(out)]) == 0
+    record = out / "sweep.yaml"
+    assert damage in record.read_text()
+    record.write_text(record.read_text().replace(damage, damage.replace("n", "x", 1)))
+    capsys.readouterr()
+    assert main([str(exp), "--seeds", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sweep.yaml: not a pbx sweep record" in err, err
+
+
 def test_a_sweep_whose_space_file_changed_between_seeds_is_refused_unless_kept(tmp_path, capsys) -> None:
     space = tmp_path / "space.yaml"
     space.write_text("h0: {type: continuous, low: 0, high: 1}\nh1: {type: continuous, low: 0, high: 1}\n")
