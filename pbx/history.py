@@ -7,6 +7,10 @@ Row ``(m, r)`` describes member ``m``'s training in round ``r``:
 - ``score`` / ``test_score``: train and held-out score at the end of the round (no test score for
   members whose scores are not results: FIRE's parent sub-populations and evaluators)
   (``NaN`` when unknown, see the NaN policy in :mod:`pbx.strategies.selection`);
+- ``score100``: the mean return of the member's last 100 finished training episodes at the end of the
+  round, whenever they started (:meth:`pbx.members.Member.recent_score`): the number train-procgen logs as
+  ``eprewmean``, to set beside published curves. Selection never reads it (``score`` counts only the
+  round's own episodes); NaN for members without episodes (the toys) and for a diverged member;
 - one column per hyperparameter: the config used *during* the round;
 - ``parent``: the member whose state ``m`` started the round from (``m`` itself
   unless it copied a donor after round ``r - 1``);
@@ -48,16 +52,17 @@ from pbx.errors import UsageError
 from pbx.files import append_csv, write_csv
 from pbx.space import Categorical, Integer, Space, Value
 
-BASE_COLUMNS = ["member", "round", "steps", "wall_s", "score", "test_score", "parent", "explored", "role", "carried"]
+BASE_COLUMNS = ["member", "round", "steps", "wall_s", "score", "test_score", "score100", "parent", "explored", "role",
+                "carried"]
 RESULT_ROLE = "pop1"
 """The role of members whose scores are results: the best member, the report and replays consider these only."""
 EVALUATOR_ROLE = "eval"
 """FIRE's evaluators: they train one sub-population's weights with another's config to compare the two."""
-_ADDED = {"role": ("explored", RESULT_ROLE), "carried": ("role", "False")}
+_ADDED = {"role": ("explored", RESULT_ROLE), "carried": ("role", "False"), "score100": ("test_score", "nan")}
 """Columns a later pbx added, for reading older files: the column each follows, and the value every row then had
-(every member was a result; no score was carried)."""
+(every member was a result; no score was carried; no running mean was kept)."""
 _INT_COLUMNS = ("member", "round", "steps", "parent")
-_FLOAT_COLUMNS = ("wall_s", "score", "test_score")
+_FLOAT_COLUMNS = ("wall_s", "score", "test_score", "score100")
 
 
 @dataclass(frozen=True)
@@ -77,11 +82,12 @@ class Row:
     carried: bool = False
     curve: tuple[Point, ...] = ()
     """The scores taken within the round (:mod:`pbx.curves`), finite ones only."""
+    score100: float = math.nan
 
     def as_record(self, hp_names: Sequence[str]) -> dict[str, object]:
         record: dict[str, object] = {
             "member": self.member, "round": self.round, "steps": self.steps, "wall_s": self.wall_s,
-            "score": self.score, "test_score": self.test_score, "parent": self.parent,
+            "score": self.score, "test_score": self.test_score, "score100": self.score100, "parent": self.parent,
             "explored": self.explored, "role": self.role, "carried": self.carried,
         }
         record.update({name: self.config[name] for name in hp_names})

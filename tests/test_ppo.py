@@ -158,7 +158,9 @@ def assert_trains_with(member: PPOMember, config: dict[str, Any]) -> None:
     model = member.model
     assert model.rollout_buffer.gamma == config["gamma"]
     assert model.rollout_buffer.gae_lambda == config["gae_lambda"]
-    assert member._norm.gamma == config["gamma"]
+    # the reward normaliser discounts with the agent's gamma unless normalize_gamma fixes its own
+    normalize_gamma = member.settings.normalize_gamma
+    assert member._norm.gamma == (config["gamma"] if normalize_gamma is None else normalize_gamma)
     # lr in the optimizer before the update (SB3 only resets it inside train())
     assert [g["lr"] for g in model.policy.optimizer.param_groups] == [config["learning_rate"]]
     spy, logged = BufferSpy(member), LoggerSpy(member)

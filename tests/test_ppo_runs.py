@@ -15,6 +15,8 @@ from pbx.config import resolve
 from pbx.curves import read_curves
 from pbx.history import read_csv
 from pbx.run_dir import RunDir
+from pbx.runners import sync
+from pbx.runners.sync import SyncRunner
 
 from conftest import kill_after, start_train, tensorboard_tags
 
@@ -177,3 +179,43 @@ def test_ppo_bad_input_is_one_line_and_exit_2(tmp_path, args: list[str], message
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+
+
+def test_score100_is_the_mean_of_the_last_100_finished_episodes(tmp_path, monkeypatch) -> None:
+    """history.csv's score100 at each round's end is the mean return of the member's last 100 finished training
+    episodes, computed here from every episode the training env reported; unlike the round's score it reaches
+    back past the round."""
+    from pbx.members.normalize import Normalizer
+
+    finished: list[float] = []
+    step_wait = Normalizer.step_wait
+
+    def spy(self: Normalizer):  # every finished training episode's return, as the env reports it
+        obs, rewards, dones, infos = step_wait(self)
+        if self.training:
+            finished.extend(float(info["episode"]["r"]) for info in infos if "episode" in info)
+        return obs, rewards, dones, infos
+
+    monkeypatch.setattr(Normalizer, "step_wait", spy)
+    cfg = resolve([{"run": {"env": "CartPole-v1", "search": "none", "pop_size": 1, "t_ready": 1024,
+                            "max_budget": 3072, "seed": 0, "device": "cpu"},
+                    "member": {"n_envs": 4, "n_steps": 256, "batch_size": 256, "eval_episodes": 0}}])
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.create()
+    cfg.write(run_dir.config)
+    at_round_end: list[float] = []
+
+    train_one = sync.LocalExecutor._train_one
+
+    def mark(self, *args, **kwargs):  # the episodes finished by the end of each round
+        trained = train_one(self, *args, **kwargs)
+        at_round_end.append(float(np.mean(finished[-100:])))
+        return trained
+
+    monkeypatch.setattr(sync.LocalExecutor, "_train_one", mark)
+    SyncRunner(cfg, run_dir).run()
+    history = read_csv(tmp_path / "run" / "history.csv")
+    assert len(finished) > 100  # the window is full before the end, so it drops early episodes
+    np.testing.assert_allclose(history["score100"].to_numpy(), at_round_end, rtol=1e-12)
+    assert (history["score100"] != history["score"]).any()  # not the round's own episodes' mean
+    assert "pbx/score100" in tensorboard_tags(tmp_path / "run" / "tb" / "member_0")

@@ -52,7 +52,7 @@ PROCGEN = Family("ProcGen", "ppo_procgen.yaml", run={"t_ready": 500_000, "max_bu
 
 # rl-zoo's CartPole PPO (lr, gamma, lambda and epochs are the space's defaults), under SB3's own value
 # loss, with which ppo_classic.yaml's defaults were tuned and the CartPole study of docs/results.md ran.
-CLASSIC = Family("classic control", "ppo_classic.yaml", settings={"value_loss": "sb3"},
+CLASSIC = Family("classic control", "ppo_classic.yaml", settings={"value_loss": "sb3", "normalize_gamma": None},
                  run={"t_ready": 32_768, "max_budget": 1_000_000})
 
 # SB3's own PPO defaults (2,048-step rollouts in minibatches of 64, 10 epochs, no entropy bonus where the
@@ -61,7 +61,8 @@ CLASSIC = Family("classic control", "ppo_classic.yaml", settings={"value_loss": 
 # continuous-control PPO from. Searched values' defaults are in ppo_continuous.yaml.
 _CONTROL_SETTINGS: Mapping[str, object] = {
     "value_loss": "sb3", "clip_range_vf": None, "ent_coef": 0.0, "n_envs": 8, "n_steps": 256, "batch_size": 64,
-    "n_epochs": 10, "gamma": 0.99, "normalize_obs": True, "normalize_reward": True, "eval_episodes": 10}
+    "n_epochs": 10, "gamma": 0.99, "normalize_obs": True, "normalize_reward": True, "normalize_gamma": None,
+    "eval_episodes": 10}
 _CONTROL_RUN: Mapping[str, object] = {"t_ready": 50_000, "max_budget": 1_000_000}
 """The PB2 paper's continuous-control schedule: an exploit every 50,000 steps, 1M steps per member."""
 

@@ -17,6 +17,7 @@ A new agent is one file under ``pbx/members/`` with a subclass of
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +164,13 @@ class Member(ABC):
     def score_note(self) -> str:
         """Why the last :meth:`train` returned NaN, for the round line (``""``: no reason to give)."""
         return ""
+
+    def recent_score(self) -> float:
+        """The mean return of the member's last 100 finished training episodes, whenever each started (NaN:
+        none yet, or a member without episodes, the default): train-procgen's ``eprewmean``, read after
+        :meth:`train` for the history's ``score100``. A comparison number only: unlike :meth:`train`'s score it
+        mixes in episodes of earlier rounds, so it is never what selection reads."""
+        return math.nan
 
     @abstractmethod
     def evaluate(self, seed: int) -> float:

@@ -59,7 +59,7 @@ class PPOSettings(SB3Settings):
     n_epochs: int = 3
     """Passes over each rollout."""
     gamma: float = 0.999
-    """Discount factor (also the reward normaliser's)."""
+    """Discount factor."""
     gae_lambda: float = 0.95
     """GAE lambda."""
     learning_rate: float = 5e-4
@@ -82,6 +82,11 @@ class PPOSettings(SB3Settings):
     """Gradient norm clip."""
     normalize_reward: bool = True
     """Scale rewards by a running std of discounted returns (``VecNormalize(norm_obs=False)``)."""
+    normalize_gamma: Optional[float] = 0.99
+    """The reward normaliser's discount: 0.99, as the ProcGen paper's PPO has it (train-procgen builds
+    ``VecNormalize(venv, ob=False)`` and so keeps baselines' default of 0.99 beside PPO's gamma of 0.999;
+    CleanRL's port uses 0.999 for both, and so did pbx before 2026-11-27). None: ``gamma``, as on gymnasium
+    ids (:mod:`pbx.envs.families`)."""
     net_arch: Optional[list[int]] = None
     """The MLP policy's hidden layers, the same for the policy and the value network (SB3's ``net_arch``; the
     PB2 paper's PPO is [32, 32]); None: SB3's [64, 64]. ProcGen's IMPALA CNN has its own."""

@@ -271,7 +271,8 @@ class SB3Member(Checkpointed, Member):
                 group["lr"] = hp["learning_rate"]
         for name in self.live:
             setattr(model, name, hp[name])
-        self._norm.gamma = hp["gamma"]  # the reward normaliser discounts on its own
+        # the reward normaliser discounts on its own: with the agent's gamma, or with a discount of its own
+        self._norm.gamma = hp["gamma"] if self.settings.normalize_gamma is None else self.settings.normalize_gamma
         self._set(hp)
 
     def _set(self, hp: Mapping[str, Any]) -> None:
@@ -321,6 +322,12 @@ class SB3Member(Checkpointed, Member):
 
     def score_note(self) -> str:
         return self._note
+
+    def recent_score(self) -> float:
+        """SB3's own window of the last 100 finished episodes (``ep_info_buffer``, filled from the envs' monitor
+        entries as train-procgen's ``VecMonitor(keep_buf=100)`` fills its own): their mean return."""
+        window = self.model.ep_info_buffer
+        return float(np.mean([episode["r"] for episode in window])) if window else math.nan
 
     def _finite(self) -> bool:
         """Whether the weights, the loose tensors and the normalisation statistics are all finite numbers."""

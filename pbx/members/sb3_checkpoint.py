@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
@@ -102,6 +103,7 @@ class Checkpointed:
             "last_episode_starts": model._last_episode_starts,
             "env_state": self._venv.get_state(),
             "rng": self._rng,
+            "recent_episodes": list(model.ep_info_buffer or ()),
         }
 
     def load(self, path: Path, *, own: bool) -> None:
@@ -126,8 +128,12 @@ class Checkpointed:
             self._restore_world(state, path)
         else:
             self._exploited(state, path)
-        if model.ep_info_buffer is not None:
-            model.ep_info_buffer.clear()
+        # The window of recent episodes (recent_score) travels with the weights, as the statistics do: after an
+        # exploit it holds the donor's episodes until the recipient's own replace them. A checkpoint from before
+        # the window was saved has none. SB3 creates its windows at the first learn only if there are none yet.
+        model.ep_info_buffer = deque(state.get("recent_episodes", ()), maxlen=model._stats_window_size)
+        if model.ep_success_buffer is None:
+            model.ep_success_buffer = deque(maxlen=model._stats_window_size)
         # The optimizer load restored the saved lr into the param groups; apply sets it again.
         self._config = {}
         self.apply(state["config"])

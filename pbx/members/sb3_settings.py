@@ -43,6 +43,7 @@ DOMAINS: dict[str, Domain] = {
     "learning_rate": (lambda v: finite_number(v) and v > 0, "a number above 0"),
     "gamma": (lambda v: finite_number(v) and 0 < v <= 1, "in (0, 1]"),
     "normalize_reward": (_flag, "true or false"),
+    "normalize_gamma": (lambda v: v is None or (finite_number(v) and 0 < v <= 1), "in (0, 1], or None (gamma)"),
     "normalize_obs": (_flag, "true or false"),
     "net_arch": (lambda v: v is None or (isinstance(v, list) and len(v) > 0 and all(positive_int(n) for n in v)),
                  "a list of positive layer sizes such as [32, 32], or null (the agent's SB3 default)"),
@@ -90,9 +91,12 @@ class SB3Settings(MemberSettings):
     learning_rate: float = 3e-4
     """The optimizers' step size."""
     gamma: float = 0.99
-    """Discount factor (also the reward normaliser's)."""
+    """Discount factor (also the reward normaliser's, unless ``normalize_gamma`` says otherwise)."""
     normalize_reward: bool = False
     """Scale rewards by a running std of discounted returns (``VecNormalize(norm_reward=True)``)."""
+    normalize_gamma: Optional[float] = None
+    """The discount of the returns whose running std scales the rewards; None: ``gamma``, as rl-zoo and
+    CleanRL set it, so a searched gamma moves it too."""
     normalize_obs: bool = False
     """Normalise observations by their running mean and std (``VecNormalize(norm_obs=True)``, RLlib's
     ``MeanStdFilter``); the statistics are part of the learner: saved in the checkpoint, copied with the weights

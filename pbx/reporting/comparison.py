@@ -156,6 +156,10 @@ def _plot_curves(study: Study, score: str, path: Path) -> Path:
     panels = [(f"{key} score, {per_round}", [band for label in study.labels
                                              if (band := study.band(label, score, column))])
               for key, column in COLUMNS]
+    # The running mean of 100 training episodes, where runs kept it: the curve train-procgen publishes.
+    recent = [band for label in study.labels if (band := study.band(label, score, "score100"))]
+    if recent:
+        panels.append((f"train, mean of last 100 episodes, {per_round}", recent))
     return plot_comparison(panels, f"{study.subject}: IQM over runs (shaded: 95% bootstrap CI; too few runs: "
                                    f"mean, min–max)", path)
 

@@ -86,17 +86,22 @@ class _Segment:
 
 
 def plot_member_scores(frame: pd.DataFrame, title: str, path: Path, curves: pd.DataFrame | None = None) -> Path:
-    """Train and test score of every member vs env steps; a test panel with no scores says so.
+    """Train and test score of every member vs env steps; a test panel with no scores says so. Where members
+    keep a running mean of their last 100 training episodes (``score100``), a third panel draws it: the number
+    to set beside train-procgen's published curves.
 
     ``curves``: the scores taken within rounds (:mod:`pbx.curves`); where a round has some, the train panel
     draws them in place of the round's one score, so the curve shows how the member learned inside it.
     """
-    fig, axes = _figure(ncols=2, nrows=1, width=11, height=4)
+    panels = [("score", "train score"), ("test_score", "test score")]
+    if "score100" in frame and frame["score100"].notna().any():
+        panels.append(("score100", "train, mean of last 100 episodes"))
+    fig, axes = _figure(ncols=len(panels), nrows=1, width=5.5 * len(panels), height=4)
     palette = _Palette.of(frame)
     within = {} if curves is None else {
         (int(m), int(r)): list(zip(group["steps"].astype(float), group["score"].astype(float)))
         for (m, r), group in curves.groupby(["member", "round"])}
-    for ax, column, label in zip(axes, ("score", "test_score"), ("train score", "test score")):
+    for ax, (column, label) in zip(axes, panels):
         if frame[column].isna().all() and not (column == "score" and within):
             _mark_empty(ax, f"not evaluated\n({column} is NaN throughout)")
         else:

@@ -169,7 +169,7 @@ class RunRecorder:
 
     def _tensorboard(self, rows: Sequence[Row]) -> None:
         for row in rows:
-            values = {"pbx/score": row.score, "pbx/test_score": row.test_score}
+            values = {"pbx/score": row.score, "pbx/test_score": row.test_score, "pbx/score100": row.score100}
             for name, value in row.config.items():
                 param = self.cfg.space.params[name]
                 # TensorBoard plots numbers only: a categorical value is logged as its choice index.

@@ -55,6 +55,8 @@ class Trained:
     carried over from the round before: :meth:`RoundLoop._rows`)."""
     curve: tuple[tuple[int, float], ...] = ()
     """The scores taken within the round, ``(steps, score)`` (:meth:`pbx.members.Member.curve`), finite ones."""
+    score100: float = float("nan")
+    """The running mean of the member's last 100 training episodes (:meth:`pbx.members.Member.recent_score`)."""
 
 
 class RunFailed(Exception):
@@ -252,7 +254,7 @@ class RoundLoop:
                 score, carried = float(before[parent]), True
             rows.append(Row(member=t.member, round=r, steps=t.steps, wall_s=wall_s, score=score,
                             test_score=t.test_score, parent=parent, explored=explored, config=t.config,
-                            role=roles[t.member], carried=carried, curve=t.curve))
+                            role=roles[t.member], carried=carried, curve=t.curve, score100=t.score100))
         return rows
 
     def _decide(self, history: History, r: int) -> list[Decision]:

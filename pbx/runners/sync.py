@@ -81,17 +81,19 @@ class LocalExecutor(Executor):
             # length changed (a member ahead of the plan still trains, and PPO trains one rollout at least).
             score, note, diverged = finite_or_nan(member.train(max(until - member.steps, 1))), "", False
             curve = tuple((int(steps), float(value)) for steps, value in member.curve() if math.isfinite(value))
+            score100 = finite_or_nan(member.recent_score())
             if math.isnan(score):
                 note = member.score_note()
         except Diverged as err:
             # The member put its last good learner state back; a NaN score gets it replaced by a donor.
             score, note, curve, diverged = float("nan"), f"diverged ({err})", (), True
+            score100 = float("nan")
         advance(member.steps - before)
         due = test_seed is not None and i in self.tested
         test_score = finite_or_nan(member.evaluate(test_seed)) if due else float("nan")
         member.save(self.run_dir.checkpoint(i, round_))
         return Trained(member=i, steps=member.steps, score=score, test_score=test_score, config=member.config,
-                       note=note, diverged=diverged, curve=curve)
+                       note=note, diverged=diverged, curve=curve, score100=score100)
 
     def apply(self, decisions: Sequence[Decision], round_: int) -> None:
         self.apply_from(decisions, lambda donor: self.run_dir.checkpoint(donor, round_))
