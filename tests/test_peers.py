@@ -1,0 +1,53 @@
+"""The ProcGen peer study's comparison (benchmarks/peers/compare_procgen.py) on run folders made here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+ROUND = 65_536
+
+
+def _runs(root: Path, pbx_offset: float) -> None:
+    """3 seeds a side on bigfish: pbx's history (score100 per 65,536-step round), CleanRL's curve (every 16,384
+    steps; only the rows at whole rounds count). Scores rise with steps; pbx's sit ``pbx_offset`` higher."""
+    for seed in (1, 2, 3):
+        steps = np.arange(1, 9) * ROUND
+        folder = root / "bigfish" / f"pbx-s{seed}"
+        folder.mkdir(parents=True)
+        pd.DataFrame({"member": 0, "round": range(8), "steps": steps,
+                      "score100": 1 + steps / 1e6 + pbx_offset + 0.01 * seed}).to_csv(folder / "history.csv")
+        steps = np.arange(1, 37) * ROUND // 4  # CleanRL ran on past pbx: 9 rounds' worth
+        folder = root / "bigfish" / f"cleanrl-s{seed}"
+        folder.mkdir(parents=True)
+        mean100 = 1 + steps / 1e6 + 0.01 * seed
+        mean100[steps % ROUND != 0] = 99.0  # between rounds: never compared
+        pd.DataFrame({"steps": steps, "mean100": mean100, "episodes": 1, "sps": 36}).to_csv(folder / "curve.csv")
+
+
+def _compare(root: Path, *args: str) -> str:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers" / "compare_procgen.py"), str(root),
+                           *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_sides_are_compared_at_the_steps_both_reached(tmp_path) -> None:
+    _runs(tmp_path / "same", 0.0)
+    out = _compare(tmp_path / "same", "--out", str(tmp_path / "report"))
+    assert "matched steps 65,536 to 524,288" in out  # pbx's 8 rounds, not CleanRL's 9
+    # equal curves: equal means at every matched step, and P(pbx > CleanRL) 0.5 (every pair of equal seeds ties)
+    assert "| bigfish | 524,288 | 1.54 ± 0.01 | 1.54 ± 0.01 | 1.26 ± 0.08 |" in out
+    assert "| 524,288 |" in out and out.count("| 0.5 [") == 3  # two checkpoints and the area
+    assert (tmp_path / "report" / "curves.png").stat().st_size > 0
+
+
+def test_a_side_ahead_at_every_seed_wins_every_comparison(tmp_path) -> None:
+    _runs(tmp_path / "ahead", 0.5)
+    out = _compare(tmp_path / "ahead")
+    assert out.count("| 1 [1, 1] |") == 3
