@@ -121,7 +121,8 @@ def main() -> None:
             if slot not in running and queue:
                 job = queue.pop(0)
                 folder = args.dir / job.name
-                folder.parent.mkdir(parents=True, exist_ok=True)
+                # pbx makes its own run folder; CleanRL's copy writes its curve and checkpoint into one
+                (folder if job.side == "cleanrl" else folder.parent).mkdir(parents=True, exist_ok=True)
                 cmd = command(job, folder, args.steps, args.cleanrl_python)
                 log = open(args.dir / f"{job.name}.log", "a")
                 core = str(cores[slot % len(cores)])
