@@ -31,10 +31,10 @@ import yaml
 
 from pbx.errors import UsageError
 from pbx.files import durable_write
-from pbx.fingerprint import PROVENANCE, provenance
+from pbx.fingerprint import PROVENANCE, run_record
 from pbx.yaml_files import read_yaml
 from pbx.members import Member, MemberSettings, member_class, space_file
-from pbx.space import Space
+from pbx.space import Config, Space
 from pbx.strategies import (ExploitExplore, ExploitRules, RunContext, Selection, Strategy, StrategySettings,
                             canonical_search, make_selection, strategy_class)
 from pbx.strategies.categorical import BANDITS, CAT_EXPS, canonical_cat_exp
@@ -134,10 +134,10 @@ class RunConfig:
     """Where the space was read from (for the record; the space itself is stored in full)."""
     member_cls: type[Member] = field(repr=False)
     strategy_cls: type[Strategy] = field(repr=False)
-    provenance: dict[str, str | None] | None = field(default_factory=lambda: dict(provenance()))
-    """The pbx that started the run (``version``, ``commit``; :func:`pbx.fingerprint.provenance`), written as
-    config.yaml's ``pbx`` section: this process's for a new run, the stored record for a resumed one (None:
-    a folder written before pbx recorded itself)."""
+    provenance: dict[str, Any] | None = None
+    """What started the run (:func:`pbx.fingerprint.run_record`: the pbx, the env's own code, the library
+    versions), written as config.yaml's ``pbx`` section: :func:`resolve` gives this process's, a resume the
+    stored record (None: a folder written before pbx recorded itself)."""
 
     def round_steps(self, round_: int) -> int:
         """Steps each member is asked to train in ``round_`` (the last round takes the rest of the budget)."""
@@ -152,11 +152,29 @@ class RunConfig:
     def round_end(self, round_: int) -> int:
         """The steps every member has trained, by plan, at the end of ``round_``.
 
-        Each member trains to this count, not a fixed number of steps per round: a member whose rollout
-        length a search changes ends each round at its own rollout's boundary nearest the plan, so members'
-        counts stay within half a rollout of it instead of drifting apart (the history records each one's).
+        Each member trains to this count, not a fixed number of steps per round (:meth:`steps_due`): a member
+        whose rollout length a search changes ends each round near the plan in whole rollouts of its own,
+        instead of drifting apart from the others (the history records each one's steps).
         """
         return sum(self.trained_steps(r) for r in range(round_ + 1))
+
+    def steps_due(self, steps: int, until: int, config: Config) -> int:
+        """The env steps a member at ``steps`` with ``config`` trains in a round whose planned end is ``until``
+        (:meth:`round_end`): whole chunks (PPO: rollouts) to the boundary nearest ``until``, at least one; none,
+        so that the member skips the round, when it is already at or past ``until``.
+
+        The chunk at least is what SB3 can train, but given to a member already at the plan it ends the member
+        a whole chunk past it: a rollout longer than ``t_ready`` (the PB2 paper's space allows 60,000 steps
+        against its 50,000-step interval) ran ahead by (rollout - ``t_ready``) every round, without bound. With
+        the skip, a member ends every round, the last one included, less than one chunk (of the length its
+        state last trained with) past the plan and at most half a chunk short of it; a member behind the plan
+        always trains; and a chunk longer than ``t_ready`` skips about the share (chunk - ``t_ready``) / chunk
+        of the rounds. (Skipping only a member a whole chunk past the plan would let one end almost two chunks
+        past it.) The decision reads the member's steps and config and the plan, which the history and the
+        checkpoint hold, so a resume, the MPI runner and a replay take it alike.
+        """
+        left = until - steps
+        return self.member_cls.steps_trained(self.member, config, left) if left > 0 else 0
 
     def total_steps(self) -> int:
         """Steps each member really trains over the run."""
@@ -189,13 +207,15 @@ class RunConfig:
         durable_write(path, lambda tmp: tmp.write_text(text))
 
 
-def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) -> RunConfig:
+def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), builds: int | None = None) -> RunConfig:
     """Merge config layers (lowest first) and ``-m key=value`` overrides into a validated RunConfig.
 
     Each layer is a mapping with optional ``run``/``strategy``/``member``/``space``
     sections and/or flat ``field: value`` keys. A ``pbx`` section (a run's record of the pbx
     that started it) is accepted and not used: the result records this process's pbx, and a
-    resume puts the stored record back.
+    resume puts the stored record back. ``builds``: the members the caller will build at once,
+    whose memory (an off-policy agent's replay buffer) must be there; None: the run's population,
+    as training builds it (``pbx.evaluate`` and ``pbx.export`` build one member).
     """
     merged: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     flat: dict[str, Any] = {}
@@ -273,10 +293,10 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = ()) 
 
     _refuse_searched(member_input, member_cls.settings_cls, space, space_source)
     member_cls.validate(space, member, run.device)
-    # Off-policy agents' replay buffers, allocated whole for every member on the machine, must fit in its memory.
-    member_cls.check_population(env, run.pop_size, member)
+    # Off-policy agents' replay buffers, allocated whole for every member built on the machine, must fit in its memory.
+    member_cls.check_population(env, run.pop_size if builds is None else builds, member)
     strat_cls.validate(strategy, space)
-    return RunConfig(run, strategy, member, space, space_source, member_cls, strat_cls)
+    return RunConfig(run, strategy, member, space, space_source, member_cls, strat_cls, run_record(run.env))
 
 
 def selection(run: RunSettings) -> Selection:

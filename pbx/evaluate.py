@@ -5,9 +5,10 @@
     python -m pbx.evaluate runs/NAME --video best.mp4 --video-episodes 3
 
 Prints the mean, std and count of the episode returns of the sampled and of
-the deterministic policy, and writes them, with every return, to
-``RUN_DIR/report/evaluate_m<M>_<levels>_seed<S>.json``. What is played and
-why: :mod:`pbx.evaluation`.
+the deterministic policy, marking the one the run's test score plays (PPO's and
+A2C's sampled, SAC's, TD3's and DQN's deterministic), and writes them, with
+every return, to ``RUN_DIR/report/evaluate_m<M>_<levels>_seed<S>.json``. What
+is played and why: :mod:`pbx.evaluation`.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for policy, score in result.scores.items():
-        print(score.line(policy, result.max_steps))
+        mark = " <- the run's test score plays this policy" if policy == result.test_policy else ""
+        print(score.line(policy, result.max_steps) + mark)
     out = result_path(target, args.levels, args.seed)
     out.parent.mkdir(exist_ok=True)
     result.write(out)

@@ -7,9 +7,11 @@ and loads the file as a donor's (``own=False``: the policy, not the training
 envs), then plays through its own :meth:`~pbx.members.ppo.PPOMember.play`, the
 code behind its test score each round: on the test levels (ProcGen's
 unrestricted distribution, ``num_levels=0``) or on the run's training levels,
-with one env per episode. Both policies, the sampled one (what the test score
-measures) and the most likely action, play the same levels (one ``seed``); the
-video shows the first episodes of the sampled policy.
+with one env per episode. Both policies, the sampled one and the most likely
+action, play the same levels (one ``seed``); the run's test score is one of them,
+as the agent evaluates itself (:func:`test_policy`: PPO's and A2C's sampled, SAC's,
+TD3's and DQN's deterministic), and the output marks which. The video shows the first
+episodes of the sampled policy.
 """
 
 from __future__ import annotations
@@ -100,12 +102,13 @@ def find_target(path: Path, member: str = "best") -> Target:
     """The checkpoint of ``member`` (an id, or ``best``) after the last finished round of the run in ``path``.
 
     Raises :class:`UsageError` for a missing or damaged run folder, a run of an env without episodes (the
-    toy), a member not in the population, or a missing checkpoint file.
+    toy), a member not in the population, a missing checkpoint file, or a member whose replay buffer would not
+    fit in the memory free now (the one member built here, not the run's population).
     """
     run = load_run(path)
     run_dir = RunDir(path)
     try:
-        cfg = resolve([run.config])
+        cfg = resolve([run.config], builds=1)
     except UsageError as err:
         raise UsageError(f"{run_dir.config}: {err}") from None
     if not hasattr(cfg.member_cls, "play"):
@@ -133,6 +136,8 @@ class Evaluation:
     episodes: int
     max_steps: int
     scores: dict[str, Score]
+    test_policy: str
+    """The policy of the run's test score (:func:`test_policy`)."""
     video: str | None
     video_frames: int | None
     """Frames the video shows (a held frame counts as shown)."""
@@ -174,7 +179,17 @@ def evaluate(target: Target, *, episodes: int = 100, levels: str = "test", seed:
         member.close()
     frames, size = recorder.write(video) if recorder is not None and video is not None else (None, None)
     return Evaluation(str(target.run_dir.path), cfg.run.env, target.member, target.round, target.steps, levels,
-                      seed, episodes, max_steps, scores, None if video is None else str(video), frames, size)
+                      seed, episodes, max_steps, scores, test_policy(cfg), None if video is None else str(video),
+                      frames, size)
+
+
+def test_policy(cfg: RunConfig) -> str:
+    """Which of :data:`POLICIES` the run's test episodes played: the settings' ``eval_deterministic``, else the
+    member's ``test_deterministic``, as SB3 and rl-zoo evaluate each agent (off-policy agents act on their most
+    likely action, on-policy ones sample)."""
+    chosen = getattr(cfg.member, "eval_deterministic", None)
+    deterministic = getattr(cfg.member_cls, "test_deterministic", False) if chosen is None else chosen
+    return POLICIES[1] if deterministic else POLICIES[0]
 
 
 def check_options(episodes: int, levels: str, max_steps: int | None, video: Path | None, video_episodes: int) -> None:

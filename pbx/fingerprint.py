@@ -4,30 +4,54 @@ Statistics over seeds pool runs under one label; they mean something only when
 those runs differ in nothing but the seed. A run's fingerprint is its resolved
 config (``config.yaml``: run, strategy, member and the space in full) less the
 settings that cannot change a result, :data:`IRRELEVANT`, plus the code that
-trained it (:func:`provenance`: the version and a hash of the package's files,
+trained it (:func:`run_record`): the version and a hash of the package's files,
 :func:`code_hash`, with the hash of every other pbx that continued the run after a
-resume). The git commit is recorded for the reader, not compared: two commits
+resume; for an env of the user's own (``--env module:Name-v0``) a hash of that
+env's code, :func:`env_sources`, with every other such code that continued the run.
+The git commit is recorded for the reader, not compared: two commits
 that changed only docs train alike and pool, while an uncommitted edit or a new
 untracked module changes the hash and never pools with the code it changed. A
-record from before the hash (version and commit only) is compared on its commit. ``pbx.report`` pools runs only when their fingerprints
-agree, and a sweep refuses a rerun whose fresh resolution differs from the one
-it stored.
+record from before the hash (version and commit only) is compared on its commit.
+The versions of the libraries that compute a run's numbers (:func:`libraries`) are
+recorded beside the code and left out of the fingerprint: another release can change
+the numbers, but a study spread over machines rarely has one torch build everywhere,
+and refusing to pool across a patch release would leave it unreportable, so
+``pbx.report`` pools runs that differ in them and says so, naming the versions
+(:func:`library_versions`), for the reader to judge. ``pbx.report`` pools runs only
+when their fingerprints agree, and a sweep refuses a rerun whose fresh resolution
+differs from the one it stored.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
+import importlib.metadata
+import os
 import subprocess
+import sys
+import sysconfig
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import pbx
+from pbx.members.toy import TOY_ENVS
 
 PROVENANCE = "pbx"
-"""The ``config.yaml`` section that records which pbx trained the run (``version``, ``commit``, ``code``, and
-``continued``: the code of each other pbx that trained rounds of it after a resume)."""
+"""The ``config.yaml`` section that records what trained the run (:func:`run_record`): ``version``, ``commit``,
+``code``; ``env_code`` for an env of the user's own; ``libraries``; and, after a resume under other code or
+versions, ``continued``, ``env_continued`` and ``libraries_continued``."""
 CONTINUED = "continued"
+ENV_CODE, ENV_CONTINUED = "env_code", "env_continued"
+LIBRARIES, LIBRARIES_CONTINUED = "libraries", "libraries_continued"
+
+SB3_LIBRARIES = ("numpy", "torch", "gymnasium", "stable_baselines3")
+"""The libraries an SB3 member computes with (by import name): its arrays, its networks, its envs, its agent."""
+SIMULATORS = {"ProcGen": "procgen", "Box2D": "Box2D", "MuJoCo": "mujoco"}
+"""The simulator each task family steps (:class:`pbx.envs.Family` name -> import name)."""
+TOYS = (*TOY_ENVS, "toy-deceptive")
+"""The toys (:mod:`pbx.members.toy`, :mod:`pbx.members.toy_deceptive`): NumPy only."""
 
 IRRELEVANT = frozenset({
     "run.seed", "run.name", "run.device", "run.runner", "run.comm",
@@ -52,21 +76,130 @@ def provenance() -> dict[str, str | None]:
 def code_hash(package: Path) -> str:
     """A hash of the code that trains: every file under ``package`` (its modules and the search spaces it
     ships), path and content, committed or not, tracked or not; compiled caches left out. 16 hex digits."""
+    return _digest((path.relative_to(package).as_posix(), path)
+                   for path in package.rglob("*") if path.is_file() and "__pycache__" not in path.parts
+                   and path.suffix not in (".pyc", ".pyo"))
+
+
+def run_record(env: str) -> dict[str, Any]:
+    """What trains a new run on ``env``, config.yaml's ``pbx`` section: the running pbx (:func:`provenance`),
+    the hash of the env's own code where the user wrote it (``env_code``, :func:`env_sources`; ``module:Name-v0``
+    only) and the versions of the libraries that compute the run's numbers (``libraries``, :func:`libraries`)."""
+    record: dict[str, Any] = dict(provenance())
+    own, installed = env_sources(env)
+    if own:
+        record[ENV_CODE] = _digest(own)
+    record[LIBRARIES] = libraries(env, installed)
+    return record
+
+
+def env_sources(env: str) -> tuple[list[tuple[str, Path]], list[str]]:
+    """The code that defines ``env`` where neither pbx nor a library pinned by version ships it: the Python
+    files of a ``module:Name-v0`` env (name, path), and the installed modules among its code (by import name).
+
+    Two modules define such an env: the one ``--env`` names, which registers it (with the keyword arguments
+    the env is built with), and the one its entry point names, which holds the env class (often the same).
+    Each that lies in a library (under site-packages or the standard library) counts by the library's version
+    (:func:`libraries`); each that is the user's counts by its source. A user's module that lies in a package
+    counts with every Python file of its top-level package: its env may import helpers from anywhere in it, and
+    pbx's own hash takes every file of ``pbx/`` for the same reason, at the cost of an edit to an unrelated
+    module (a plotting script in the package) also counting as another env. Hidden folders and compiled caches
+    are left out. A module imported only while the env runs, from outside those packages, is not seen. An id
+    gymnasium or ProcGen ships, and a toy, have none: their code is the library's or pbx's.
+    """
+    module, _, _ = env.rpartition(":")
+    if not module:
+        return [], []
+    from pbx.envs.gym import env_spec
+
+    entry = env_spec(env).entry_point
+    names = [module, entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", None)]
+    own: dict[str, Path] = {}
+    installed: list[str] = []
+    for name in dict.fromkeys(n for n in names if n):
+        top = name.split(".")[0]
+        file = getattr(importlib.import_module(name), "__file__", None)
+        if file is None:  # a built-in module: the interpreter's
+            continue
+        if _installed(Path(file)):
+            installed.append(top)
+            continue
+        roots = [Path(p) for p in getattr(sys.modules[top], "__path__", [])]
+        if not roots:  # a module of its own, in no package
+            own[Path(file).name] = Path(file)
+        for root in roots:
+            for folder, subfolders, files in os.walk(root):
+                subfolders[:] = [d for d in subfolders if not d.startswith(".") and d != "__pycache__"]
+                for found in files:
+                    if found.endswith(".py"):
+                        path = Path(folder) / found
+                        own[f"{top}/{path.relative_to(root).as_posix()}"] = path
+    return sorted(own.items()), installed
+
+
+def libraries(env: str, installed: Iterable[str] = ()) -> dict[str, str]:
+    """The versions of the libraries that compute a run's numbers on ``env`` (import name -> version): NumPy
+    for a toy; for any other run SB3's stack (:data:`SB3_LIBRARIES`), the simulator of the env's family
+    (:data:`SIMULATORS`) and the ``installed`` modules that define the env (:func:`env_sources`)."""
+    if env in TOYS:
+        return {"numpy": _version("numpy")}
+    from pbx.envs import family, is_procgen, is_registered
+
+    names = list(SB3_LIBRARIES)
+    if is_procgen(env) or is_registered(env):  # not a member's own env (pbx.members.register)
+        simulator = SIMULATORS.get(family(env).name)
+        names += [simulator] if simulator is not None else []
+    return {name: _version(name) for name in dict.fromkeys([*names, *installed])}
+
+
+def library_versions(record: Mapping[str, Any] | None) -> dict[str, tuple[str, ...]]:
+    """Each library's versions over the processes that trained a run (its ``pbx`` section): the start's, then
+    each resume's under other versions; a library a process did not record counts as ``unrecorded``."""
+    if record is None or LIBRARIES not in record:
+        return {}
+    trained = [record[LIBRARIES], *record.get(LIBRARIES_CONTINUED, [])]
+    names = dict.fromkeys(name for versions in trained for name in versions)
+    return {name: tuple(str(versions.get(name, "unrecorded")) for versions in trained) for name in names}
+
+
+def continued(record: Mapping[str, Any] | None, env: str) -> dict[str, Any] | None:
+    """``record`` (a run's stored ``pbx`` section) with what trains its rounds from now on on ``env`` added to
+    what trained them, where it is other: the running pbx's code (``continued``), the env's own code
+    (``env_continued``), the library versions (``libraries_continued``). A resume keeps the record of the start
+    and says so; what the record never held (it predates that entry) is not added."""
+    if record is None:
+        return None
+    now = run_record(env)
+    result = dict(record)
+    for first, later, value in (("code", CONTINUED, now["code"]), (ENV_CODE, ENV_CONTINUED, now.get(ENV_CODE)),
+                                (LIBRARIES, LIBRARIES_CONTINUED, now[LIBRARIES])):
+        if first in record and value != [record[first], *record.get(later, [])][-1]:
+            result[later] = [*record.get(later, []), value]
+    return result
+
+
+def _digest(files: Iterable[tuple[str, Path]]) -> str:
+    """16 hex digits of a SHA-256 over the files, name and content, in the order of their names."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                       and p.suffix not in (".pyc", ".pyo")):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for name, path in sorted(files):
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
-def continued(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """``record`` (a run's stored ``pbx`` section) with the running pbx's code added to the codes that trained
-    the run, when it is another code: a resume under other code keeps the record of the start and says so."""
-    if record is None or "code" not in record:
-        return None if record is None else dict(record)
-    trained = [record["code"], *record.get(CONTINUED, [])]
-    code = provenance()["code"]
-    return dict(record) if code in trained[-1:] else {**record, CONTINUED: [*record.get(CONTINUED, []), code]}
+def _installed(path: Path) -> bool:
+    """Whether a module's file lies in a library: site-packages, or the standard library."""
+    paths = sysconfig.get_paths()
+    roots = {Path(paths[key]).resolve() for key in ("purelib", "platlib", "stdlib", "platstdlib") if key in paths}
+    return any(path.resolve().is_relative_to(root) for root in roots)
+
+
+def _version(name: str) -> str:
+    """The version of the library imported as ``name``: its ``__version__``, else its distribution's."""
+    version = getattr(importlib.import_module(name), "__version__", None)
+    if isinstance(version, str):
+        return str(version)  # torch's is a str subclass, which YAML's safe writer refuses
+    dists = importlib.metadata.packages_distributions().get(name, [])
+    return importlib.metadata.version(dists[0]) if dists else "unknown"
 
 
 def _commit(package: Path) -> str | None:
@@ -111,9 +244,11 @@ def changed_keys(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 def fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:
     """A resolved config's (a ``config.yaml``'s) fingerprint: dotted keys -> values, without
-    :data:`IRRELEVANT`; the ``pbx`` section counts by its code hashes (by its commit where it has no hash). A
-    config written before pbx recorded itself has no ``pbx.*`` keys, and so differs from any that does."""
-    flat = {k: v for k, v in flatten(config).items() if k not in IRRELEVANT}
+    :data:`IRRELEVANT`; the ``pbx`` section counts by its code hashes (by its commit where it has no hash), its
+    library versions not at all (the module docstring says why; :func:`library_versions`). A config written
+    before pbx recorded itself has no ``pbx.*`` keys, and so differs from any that does."""
+    libraries = (f"{PROVENANCE}.{LIBRARIES}.", f"{PROVENANCE}.{LIBRARIES_CONTINUED}")
+    flat = {k: v for k, v in flatten(config).items() if k not in IRRELEVANT and not k.startswith(libraries)}
     if f"{PROVENANCE}.code" in flat:
         flat.pop(f"{PROVENANCE}.commit", None)
     return flat

@@ -19,10 +19,14 @@ Row ``(m, r)`` describes member ``m``'s training in round ``r``:
   ``pop1`` for a member that is a result (every member of most strategies), FIRE's
   ``pop2``, ``pop3``, ... for its parent sub-populations and ``eval`` for its
   evaluators, whose scores are never results (:func:`results`);
-- ``carried``: whether ``score`` is carried over from the round before, because no training episode
-  both started and ended in this one (a policy whose episodes outlast the round, say CartPole's 500
-  steps): the member's state was last scored so (its own row, or its donor's after a copy). A member
-  that diverged scores NaN instead, the worst (see the NaN policy).
+- ``carried``: whether ``score`` is carried over from the round before: the member's state was last scored
+  so (its own row, or its donor's after a copy). Either no training episode both started and ended in the
+  round (a policy whose episodes outlast the round, say CartPole's 500 steps), or the member skipped the
+  round, having begun it at or past the round's planned end (a rollout longer than ``t_ready``:
+  :meth:`pbx.config.RunConfig.steps_due`). The steps tell the two apart, so the column keeps one meaning
+  for every reader (no score of the round's own): a skipped row's ``steps`` are its parent's of the round
+  before, while a round that trained always adds steps. A member that diverged scores NaN instead, the
+  worst (see the NaN policy); a skipped one carries its state's score whatever it was, NaN included.
 
 The scores each member took *within* a round (its curve) are kept beside the
 history, in ``curves.csv`` (:mod:`pbx.curves`), and travel with it: :attr:`History.curves`.
@@ -282,7 +286,8 @@ def _typed(frame: pd.DataFrame, space: Space | None = None) -> pd.DataFrame:
     for col in _INT_COLUMNS:
         frame[col] = frame[col].astype(np.int64)
     for col in _FLOAT_COLUMNS:
-        frame[col] = frame[col].astype(np.float64)
+        # an empty field is NaN, as pandas writes it (a history saved back with DataFrame.to_csv)
+        frame[col] = frame[col].replace("", "nan").astype(np.float64)
     frame["explored"] = frame["explored"].map(_bool).astype(bool)
     frame["carried"] = frame["carried"].map(_bool).astype(bool)
     frame["role"] = frame["role"].astype(str)

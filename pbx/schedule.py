@@ -102,11 +102,17 @@ def lineage(frame: pd.DataFrame, member: int, source: Path | str = "history") ->
 
 
 def schedule(rows: pd.DataFrame, history: History) -> list[dict[str, Any]]:
-    """The lineage's configs as change points ``{steps, config}``: each config from the steps its round began at."""
+    """The lineage's configs as change points ``{steps, config}``: each config from the steps its round began at.
+
+    A round the lineage skipped (its member began it at or past the plan, :meth:`RunConfig.steps_due`) trained
+    no step, so its config was in force at none: the next round's, which begins at the same steps, replaces it.
+    """
     points: list[dict[str, Any]] = []
     start = 0
     for _, row in rows.iterrows():
         config = history.config_of(row)
+        if points and points[-1]["steps"] == start:
+            points.pop()
         if not points or config != points[-1]["config"]:
             points.append({"steps": start, "config": config})
         start = int(row["steps"])
@@ -116,19 +122,29 @@ def schedule(rows: pd.DataFrame, history: History) -> list[dict[str, Any]]:
 def _check_steps(rows: pd.DataFrame, cfg: RunConfig, source: Path) -> None:
     """The lineage's steps must be the run's round boundaries: the replay, with the same ``t_ready``, switches
     configs at its own boundaries. Each round ends where a member with the round's config ends it (a member
-    trains to the round's planned end, in whole rollouts of its own length where a search changes it), so the
-    boundaries follow from the configs along the lineage."""
+    trains to the round's planned end, in whole rollouts of its own length where a search changes it, or skips
+    a round it begins at or past that end: :meth:`RunConfig.steps_due`), so the boundaries follow from the
+    configs along the lineage. A lineage trained before pbx skipped such rounds (its members trained a rollout
+    ahead instead) is told so: a replay by this pbx would not end its rounds where the lineage did."""
     history = History(cfg.space.names)
-    expected, done = [], 0
+    expected, unskipped, done, ahead = [], [], 0, 0  # this pbx's boundaries, and the earlier rule's
     for r, (_, row) in enumerate(rows.iterrows()):
-        done += cfg.member_cls.steps_trained(cfg.member, history.config_of(row), max(cfg.round_end(r) - done, 1))
+        config = history.config_of(row)
+        done += cfg.steps_due(done, cfg.round_end(r), config)
+        ahead += cfg.member_cls.steps_trained(cfg.member, config, max(cfg.round_end(r) - ahead, 1))
         expected.append(done)
+        unskipped.append(ahead)
     found = rows["steps"].to_numpy()
     wrong = np.flatnonzero(found != expected)
     if len(wrong):
         r = int(wrong[0])
+        why = "the history does not match its config.yaml"
+        if list(found) == unskipped:
+            why = ("the lineage was trained before pbx let a member skip a round it began at or past the round's "
+                   "planned end (it trained one rollout ahead instead): replay it with the pbx that trained it "
+                   "(its config.yaml's pbx.commit)")
         raise UsageError(f"{source}: the lineage has {found[r]:,} steps after round {r}, but the run's t_ready and "
-                         f"max_budget give {expected[r]:,}: the history does not match its config.yaml")
+                         f"max_budget give {expected[r]:,}: {why}")
 
 
 def _layer(cfg: RunConfig, points: list[dict[str, Any]], name: str, seed: int | None) -> dict[str, Any]:

@@ -276,8 +276,9 @@ def _check_stored(sweep: Sweep, keep_stored: bool) -> None:
             changed += [f"{variant.name}: {', '.join(keys)}"] if keys else []
     if changed and not keep_stored:
         raise UsageError(f"{sweep.out}'s variants resolve differently now than when the sweep was made "
-                         f"({'; '.join(changed)}): a space file, a member default or pbx changed; go on with the "
-                         f"stored settings with --keep-stored, or start a new sweep with --out DIR")
+                         f"({'; '.join(changed)}): a space file, a member default, pbx or the env's own module "
+                         f"changed; go on with the stored settings with --keep-stored, or start a new sweep with "
+                         f"--out DIR")
 
 
 def _stored(sweep: Sweep, variant: Variant) -> dict[str, Any]:

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from pbx.console import counted
 from pbx.config import RunConfig, RunSettings, load_yaml, parse_override, resolve
 from pbx.errors import ArgumentParser, UsageError, command_parser
-from pbx.fingerprint import PROVENANCE, continued, provenance
+from pbx.fingerprint import (ENV_CODE, ENV_CONTINUED, LIBRARIES, LIBRARIES_CONTINUED, PROVENANCE, continued,
+                             provenance, run_record)
 from pbx.history import History, best_rows
 from pbx.run_dir import RunDir
 from pbx.runners.loop import RunFailed
@@ -270,10 +271,10 @@ def _resume(args: argparse.Namespace, flags: dict[str, object],
     stored = load_yaml(run_dir.config)
     old = resolve([stored])
     cfg = resolve([stored, {"run": flags}], args.overrides)
-    # The record of the pbx that started the run stays (a folder from before pbx recorded itself has none), with
-    # the code of another pbx that continues it added to it; the start line says so.
+    # The record of what started the run stays (a folder from before pbx recorded itself has none), with the code
+    # of another pbx or env module, or other library versions, that continue it added to it; the start line says so.
     old.provenance = stored.get(PROVENANCE)
-    cfg.provenance = continued(old.provenance)
+    cfg.provenance = continued(old.provenance, cfg.run.env)
     if cfg.run.max_budget is not None and old.run.max_budget is not None and cfg.run.max_budget < old.run.max_budget:
         raise UsageError(f"--resume may extend max_budget, not cut it: {cfg.run.max_budget:,} < "
                          f"{old.run.max_budget:,} (the run's)")
@@ -282,8 +283,8 @@ def _resume(args: argparse.Namespace, flags: dict[str, object],
 
 def _start_line(cfg: RunConfig, run_dir: RunDir, ranks: int = 1, resumed: bool = False) -> str:
     """What will be trained: the strategy, the member and the space it searches; a member that rounds a round's
-    steps (PPO: whole rollouts) says what it really trains, and a resume by another pbx than the one that
-    started the run says so, as does a resume whose envs restart their episodes."""
+    steps (PPO: whole rollouts) says what it really trains, and a resume by another pbx, env code or library
+    versions than those that started the run says so, as does a resume whose envs restart their episodes."""
     run = cfg.run
     where = f" on {ranks} MPI ranks ({run.comm})" if ranks > 1 else ""
     line = (f"pbx: {run.search} on {run.env}, {cfg.member_cls.describe(cfg.member)} over {cfg.space_source} "
@@ -303,7 +304,29 @@ def _start_line(cfg: RunConfig, run_dir: RunDir, ranks: int = 1, resumed: bool =
         line += (f"; it continues with {_pbx(provenance())}, which trains the rounds from here on (config.yaml "
                  f"keeps its record of the start and lists each other code that trained rounds under "
                  f"pbx.continued: the run pools only with runs trained by the same codes)")
+    if resumed and cfg.provenance is not None:
+        line += "".join(f"\nnote: {note}" for note in _other_env_or_libraries(cfg.provenance, cfg.run.env))
     return line
+
+
+def _other_env_or_libraries(record: Mapping[str, Any], env: str) -> list[str]:
+    """What a resume says of the env's own code and the library versions where they are not those the run was
+    started with (a record from before either holds no such entry and gets no note)."""
+    now, notes = run_record(env), []
+    if ENV_CODE in record and record[ENV_CODE] != now.get(ENV_CODE):
+        module = env.rpartition(":")[0]
+        notes.append(f"the code of {module} (the env's own, hash {now.get(ENV_CODE)}) is not the code this run was "
+                     f"started with ({record[ENV_CODE]}); it runs the rounds from here on (config.yaml lists it "
+                     f"under pbx.{ENV_CONTINUED}: the run pools only with runs of the same env codes)")
+    started = record.get(LIBRARIES)
+    if isinstance(started, Mapping):
+        changed = [f"{name} {started.get(name, 'unrecorded')} -> {version}"
+                   for name, version in now[LIBRARIES].items() if started.get(name) != version]
+        if changed:
+            notes.append(f"this run was started with other library versions ({', '.join(changed)}); the rounds "
+                         f"from here on run these (config.yaml lists them under pbx.{LIBRARIES_CONTINUED}, and "
+                         f"pbx.report notes where it pools runs of other versions)")
+    return notes
 
 
 def _started_by_this_pbx(record: Mapping[str, Any] | None) -> bool:

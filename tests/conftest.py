@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pbx.config import RunConfig, resolve
@@ -99,3 +100,28 @@ def kill_after(proc: subprocess.Popen, history: Path, rows: int, timeout: float 
         time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+CHUNKED_TOY = str(ROOT / "tests" / "mpi" / "chunked_toy.py")
+"""The script that runs a pbx command with ``--env toy-chunked`` registered: the toy in whole chunks of 3 to 7
+steps against its t_ready of 4, so members skip rounds (see the script)."""
+
+
+def round_starts(frame: pd.DataFrame) -> np.ndarray:
+    """Each row's steps at its round's start: its parent's after the round before (0 in the first round)."""
+    steps = frame.set_index(["member", "round"])["steps"]
+    return np.array([steps[(p, r - 1)] if r else 0 for p, r in zip(frame["parent"], frame["round"])])
+
+
+def check_skips(frame: pd.DataFrame, t_ready: int, chunk: pd.Series) -> pd.Series:
+    """Assert :meth:`pbx.config.RunConfig.steps_due`'s rule on a history whose plan is ``t_ready`` a round and whose
+    rows trained whole chunks of ``chunk`` steps: a member skips exactly the rounds it begins at or past their
+    planned end, carrying its score, and one that trains ends it less than a chunk past the plan and at most
+    half a chunk short. Returns which rows skipped."""
+    start, plan = round_starts(frame), t_ready * (frame["round"] + 1)
+    skipped = frame["steps"] == start
+    assert (skipped == (start >= plan)).all()
+    assert frame.loc[skipped, "carried"].all()
+    ahead, chunk = (frame["steps"] - plan)[~skipped], chunk[~skipped]
+    assert ((-chunk / 2 <= ahead) & (ahead < chunk)).all()
+    return skipped

@@ -27,6 +27,7 @@ from pbx.members.dqn import DQNMember, DQNSettings
 from pbx.members.replay_store import FIELDS
 from pbx.members.sac import SACMember, SACSettings
 from pbx.members.td3 import TD3Member, TD3Settings
+from pbx.space import Space
 from pbx.train import main
 
 from conftest import ROOT, kill_after, start_train
@@ -257,6 +258,11 @@ def test_the_buffer_is_saved_once_beside_the_checkpoints_and_a_resume_rebuilds_i
      "buffer_size 100,000,000,000 x 4 members needs"),
     (["--algo", "dqn", "--env", "CartPole-v1", "-m", "exploration_final_eps=2"],
      "exploration_final_eps must be in [0, 1], got 2"),
+    (["--algo", "dqn", "--env", "FrozenLake-v1", "--t_ready", "256", "--max_budget", "512", "-m",
+      "learning_starts=16", "buffer_size=1000"],
+     "--algo dqn cannot take FrozenLake-v1's observations, a Discrete space: SB3's off-policy agents store them "
+     "through pbx's observation normaliser, which needs a row of features per env; use --algo ppo or a2c, or "
+     "register the env wrapped in gymnasium.wrappers.FlattenObservation, which makes them one-hot in a Box"),
 ])
 def test_bad_agent_input_is_one_line_and_exit_2(argv: list[str], message: str, tmp_path: Path, capsys) -> None:
     assert main([*argv, "--run-dir", str(tmp_path / "run")]) == 2
@@ -275,6 +281,27 @@ def test_a_search_space_with_a_hyperparameter_the_agent_lacks_is_refused(tmp_pat
                           "learning_rate, gamma, tau, batch_size, train_freq, gradient_steps") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("algo", ["sac", "dqn"])
+def test_an_integer_range_holding_an_invalid_value_is_refused_before_the_run(algo: str, tmp_path: Path,
+                                                                            capsys) -> None:
+    """Both ends of [-1, 8] are valid numbers of gradient steps (-1: one per env step), 0 between them is not: a
+    member may draw or explore to it, so the space is refused at the start, not when a member first trains 0."""
+    space = tmp_path / "space.yaml"
+    space.write_text("gradient_steps: {type: integer, low: -1, high: 8}\n")
+    env = "Pendulum-v1" if algo == "sac" else "CartPole-v1"
+    short = ["--batchsize", "2", "--t_ready", "64", "--max_budget", "128", "-m", "learning_starts=32",
+             "buffer_size=1000", "eval_episodes=1", "net_arch=[16]"]  # should it start, a short run
+    assert main(["--algo", algo, "--env", env, "--space", str(space), *short, "--run-dir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == (
+        "error: search space: gradient_steps must be a positive integer, or -1 (one per env step), got 0, which "
+        "its range [-1, 8] holds (a member may draw or explore to any whole number of it): give the values as "
+        "categorical choices instead\n")
+    assert not (tmp_path / "run").exists()
+    space.write_text("gradient_steps: {type: integer, low: 1, high: 8}\n")
+    settings = SACSettings() if algo == "sac" else DQNSettings()
+    settings.check_space(Space.load(space))
+
+
 def test_a_box2d_resume_restarts_the_episodes_and_rebuilds_the_buffer(tmp_path: Path) -> None:
     """A Box2D world cannot be saved: the resume starts new episodes, whose first raw observations the next
     transition starts from, and the replay buffer comes back as it was."""
@@ -289,3 +316,23 @@ def test_a_box2d_resume_restarts_the_episodes_and_rebuilds_the_buffer(tmp_path: 
     assert not np.array_equal(resumed.model._last_original_obs, member.model._last_original_obs)
     resumed.train(64)
     assert resumed.steps == 128 and resumed.model.replay_buffer.pos == 128
+
+
+@pytest.mark.parametrize("chosen, expected", [(None, True), (False, False), (True, True)])
+def test_test_episodes_play_the_agents_own_policy_unless_eval_deterministic_says(chosen: bool | None,
+                                                                                expected: bool) -> None:
+    """SAC's test episodes act on its most likely action (SB3's and rl-zoo's evaluation) unless the setting picks."""
+    member = _sac(eval_deterministic=chosen)
+    asked: list[bool] = []
+    play = member.play
+
+    def spy(*args: Any, deterministic: bool = False, **kwargs: Any) -> Any:
+        asked.append(deterministic)
+        return play(*args, deterministic=deterministic, **kwargs)
+
+    member.play = spy
+    try:
+        assert np.isfinite(member.evaluate(seed=3))
+    finally:
+        member.close()
+    assert asked == [expected]

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from pbx.config import resolve
-from pbx.fingerprint import provenance
+from pbx.fingerprint import provenance, run_record
 from pbx.train import build_parser, main
 
 from conftest import start_train
@@ -194,7 +194,7 @@ def test_resume_keeps_the_record_of_the_pbx_that_started_the_run_and_says_when_a
     run_dir = tmp_path / "run"
     assert main(["--env", "toy", "--max_budget", "8", "--run-dir", str(run_dir)]) == 0
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert config["pbx"] == provenance()
+    assert config["pbx"] == run_record("toy")
     capsys.readouterr()
     assert main(["--resume", str(run_dir), "-m", "max_budget=12"]) == 0
     assert "note:" not in capsys.readouterr().out  # the same pbx goes on
@@ -220,6 +220,23 @@ def test_resume_keeps_the_record_of_the_pbx_that_started_the_run_and_says_when_a
     assert "config.yaml does not say which pbx started it" in capsys.readouterr().out
     assert "pbx" not in yaml.safe_load((run_dir / "config.yaml").read_text())
     assert len(pd.read_csv(run_dir / "history.csv")) == 4 * 7
+
+
+def test_a_resume_under_other_library_versions_says_so_and_records_them(tmp_path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["--env", "toy", "--max_budget", "8", "--run-dir", str(run_dir)]) == 0
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    config["pbx"]["libraries"] = {"numpy": "0.0.1"}  # started under another NumPy
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    capsys.readouterr()
+    assert main(["--resume", str(run_dir), "-m", "max_budget=12"]) == 0
+    numpy = run_record("toy")["libraries"]["numpy"]
+    assert (f"note: this run was started with other library versions (numpy 0.0.1 -> {numpy}); the rounds from "
+            f"here on run these") in capsys.readouterr().out
+    record = yaml.safe_load((run_dir / "config.yaml").read_text())["pbx"]
+    assert record["libraries"] == {"numpy": "0.0.1"} and record["libraries_continued"] == [{"numpy": numpy}]
+    assert main(["--resume", str(run_dir), "-m", "max_budget=16"]) == 0  # the same versions again: listed once
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["pbx"]["libraries_continued"] == [{"numpy": numpy}]
 
 
 def test_a_run_folder_in_use_is_locked(tmp_path) -> None:

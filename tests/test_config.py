@@ -7,12 +7,14 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
+import yaml
 
 import pbx
 from pbx.config import _route, load_yaml, resolve
 from pbx.errors import UsageError
-from pbx.fingerprint import code_hash, differing_keys, provenance
+from pbx.fingerprint import code_hash, differing_keys, env_sources, provenance
 from pbx.sweeps import load_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +101,8 @@ def test_cat_exp_random_or_fixed_trains_what_leaving_it_out_trains(search: str, 
 
 def test_config_yaml_records_the_pbx_that_started_the_run_and_takes_it_back() -> None:
     config = resolve([{"run": {"env": "toy"}}]).to_dict()
-    assert config["pbx"] == provenance() and config["pbx"]["version"] == pbx.__version__
+    assert config["pbx"] == {**provenance(), "libraries": {"numpy": np.__version__}}  # a toy computes with NumPy only
+    assert config["pbx"]["version"] == pbx.__version__
     assert config["pbx"]["commit"] is None or re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", config["pbx"]["commit"])
     other = {**config, "pbx": {"version": "0.0.1", "commit": None}}
     assert resolve([other]).to_dict() == config  # a new run from another's record is this pbx's
@@ -135,6 +138,56 @@ def test_runs_of_the_same_code_pool_and_runs_of_other_code_never_do() -> None:
     assert differing_keys(config, resumed) == ["pbx.continued"]
     before = [{**config, "pbx": {"version": "0.1.0", "commit": c * 40}} for c in "ab"]  # records without a hash
     assert differing_keys(*before) == ["pbx.commit"]
+
+
+OWN_ENV = """import gymnasium as gym
+import numpy as np
+
+from {package}.physics import reward
+
+
+class Line(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {{}}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), reward(action), False, True, {{}}
+
+
+gym.register("{name}", entry_point=Line)
+"""
+
+
+def test_an_env_of_the_users_own_counts_by_its_code_and_library_versions_are_recorded_apart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record of a run on ``package.line:Name-v0`` holds a hash of the package's Python files (a helper the env
+    imports among them) and the versions of SB3's stack; the hash counts in the fingerprint, the versions do not."""
+    package = tmp_path / "own_tasks"
+    (package / "__pycache__").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "line.py").write_text(OWN_ENV.format(package="own_tasks", name="OwnLine-v0"))
+    (package / "physics.py").write_text("def reward(action):\n    return -float(abs(action[0]))\n")
+    (package / "__pycache__" / "physics.cpython-311.pyc").write_bytes(b"compiled")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = "own_tasks.line:OwnLine-v0"
+    assert [name for name, _ in env_sources(env)[0]] == ["own_tasks/__init__.py", "own_tasks/line.py",
+                                                         "own_tasks/physics.py"]
+    config = resolve([{"run": {"env": env, "algo": "sac", "search": "none"}}]).to_dict()
+    record = config["pbx"]
+    assert re.fullmatch(r"[0-9a-f]{16}", record["env_code"])
+    assert list(record["libraries"]) == ["numpy", "torch", "gymnasium", "stable_baselines3"]
+    assert yaml.safe_load(yaml.safe_dump(config)) == config  # every version is plain text in config.yaml
+    (package / "physics.py").write_text("def reward(action):\n    return -10 * float(abs(action[0]))\n")
+    edited = resolve([{"run": {"env": env, "algo": "sac", "search": "none"}}]).to_dict()
+    assert differing_keys(config, edited) == ["pbx.env_code"]
+    other_torch = {**config, "pbx": {**record, "libraries": {**record["libraries"], "torch": "0.0.1"},
+                                     "libraries_continued": [{"torch": "0.0.2"}]}}
+    assert differing_keys(config, other_torch) == []
+    assert "env_code" not in resolve([CARTPOLE]).to_dict()["pbx"]  # gymnasium's own env: its version counts
 
 
 def test_how_a_run_ran_never_splits_a_pool() -> None:

@@ -7,11 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium
 import numpy as np
 import pytest
+from stable_baselines3.common.buffers import ReplayBuffer
 
-from pbx import export, train
+from pbx import evaluate, export, train
 from pbx.evaluation import find_target
+from pbx.members import offpolicy
 
 from conftest import ROOT, run_toy
 
@@ -87,3 +90,27 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
         assert export.main(args) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
+
+
+def test_export_and_evaluate_need_memory_for_the_one_member_they_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """With memory for one member's replay buffer and not for the population's, training refuses the run while
+    pbx.export and pbx.evaluate, which build one member, go ahead; pbx.evaluate marks the policy the run's test
+    score plays."""
+    run = tmp_path / "run"
+    assert train.main(["--env", "Pendulum-v1", "--algo", "sac", "--search", "none", "--batchsize", "2", "--device",
+                       "cpu", *RUNS["sac"][2], "--run-dir", str(run)]) == 0
+    env = gymnasium.make("Pendulum-v1")
+    one = ReplayBuffer(1000, env.observation_space, env.action_space, device="cpu")
+    need = sum(getattr(one, name).nbytes for name in ("observations", "next_observations", "actions", "rewards",
+                                                      "dones", "timeouts"))
+    monkeypatch.setattr(offpolicy, "_available_memory", lambda: need * 3 // 2)
+    capsys.readouterr()
+    assert train.main(["--resume", str(run)]) == 2
+    assert "buffer_size 1,000 x 2 members needs" in capsys.readouterr().err
+    assert export.main([str(run)]) == 0
+    assert evaluate.main([str(run), "--episodes", "1", "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    marked = [line.split()[0] for line in lines if line.endswith(" <- the run's test score plays this policy")]
+    assert marked == ["deterministic"]  # SAC's test episodes take the most likely action
+    assert json.loads((run / "report" / "evaluate_m0_test_seed0.json").read_text())["test_policy"] == "deterministic"

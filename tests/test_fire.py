@@ -125,6 +125,28 @@ def test_at_default_settings_an_evaluator_rising_faster_than_its_child_hands_its
         assert decisions[0].donor == 0 and not any("won" in op for op in decisions[4].ops)
 
 
+@pytest.mark.parametrize("start, stops", [(2, True), (4, False)])
+def test_max_eval_rounds_ends_an_evaluation_the_test_passes_but_the_score_does_not(start: int, stops: bool) -> None:
+    """The evaluator beats the child at 78 of 79 points (p far below 0.01), yet the child's one spike keeps the
+    child's best score above it: no win. At the default 3 rounds an evaluation in its 4th stops; in its 2nd it goes
+    on. (Before, it went on while p stayed below p_value, for as many rounds as that lasted.) The next task goes
+    to member 3, which has waited longest."""
+    rounds = 6
+    child = _stepwise(0.01, 0.0, rounds)
+    child[0][9] = 100.0
+    evaluator = [[0.02 * (20 * r + k + 1) - 0.015 for k in range(20)] for r in range(rounds - start)]
+    curves = {0: child, 1: _stepwise(0.005, 0.0, rounds), 2: [[0.0] * 20] * rounds, 3: [[0.0] * 20] * rounds,
+              5: [[0.0] * 20] * rounds, 4: [[0.0] * 20] * start + evaluator}
+    decisions = _fire().decide(_history(curves, {4: (start, 2)}), SPACE, np.random.default_rng(0))
+    assert decisions[0].donor == 0  # the child keeps its own weights
+    if stops:
+        assert decisions[4].ops == ("FIRE: stop, not better", "FIRE: evaluate m3 with m0's config")
+        info = decisions[4].info
+        assert info["eval_rounds"] == 4 and info["p_value"] < 1e-6 and info["score_diff"] < 0
+    else:
+        assert decisions[4].ops == () and decisions[4].donor == 4
+
+
 def test_a_parent_member_with_a_nan_score_is_replaced_and_never_evaluated() -> None:
     rounds = 12
     curves = {0: [float(r) for r in range(rounds)], 1: [r / 2 for r in range(rounds)], 2: [0.0] * rounds,

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from pbx.history import read_csv
-from conftest import ROOT
+from conftest import CHUNKED_TOY, ROOT, check_skips
 
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 TOY = ["--env", "toy", "--seed", "0", "--batchsize", "4"]
@@ -47,6 +47,22 @@ def test_two_ranks_write_the_synchronous_history(args: list[str], tmp_path: Path
     assert "4 members on 2 MPI ranks" in mpi.stdout and mpi.stdout.count("round 50/50") == 1  # rank 0 prints
     pd.testing.assert_frame_equal(history(tmp_path / "mpi"), history(tmp_path / "sync"))
     assert history(tmp_path / "mpi")["parent"].ne(history(tmp_path / "mpi")["member"]).any()  # copies happened
+
+
+def test_two_ranks_write_the_synchronous_history_of_members_that_skip_rounds(tmp_path: Path) -> None:
+    """Members whose chunks outlast t_ready skip rounds on each rank as the synchronous runner has them skip
+    (the decision reads a member's own steps and config), so the gathered history is the synchronous one."""
+    args = [CHUNKED_TOY, "train", "--env", "toy-chunked", "--seed", "0", "--batchsize", "4", "--search", "PBT",
+            "--max_budget", "80"]
+    sync = subprocess.run([sys.executable, *args, "--run-dir", str(tmp_path / "sync")], capture_output=True,
+                          text=True, timeout=240)
+    assert sync.returncode == 0, sync.stderr
+    mpi = mpiexec(*args, "--run-dir", str(tmp_path / "mpi"))
+    assert mpi.returncode == 0, mpi.stderr
+    pd.testing.assert_frame_equal(history(tmp_path / "mpi"), history(tmp_path / "sync"))
+    frame = history(tmp_path / "mpi")
+    assert check_skips(frame, 4, 3 + (4 * frame["h0"]).round()).any()
+    assert mpi.stdout.count("no score: skipped the round") == sync.stdout.count("no score: skipped the round") > 0
 
 
 @pytest.mark.parametrize("comm", ["p2p", "collective"])

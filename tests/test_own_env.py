@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import pytest
+import yaml
 
 from pbx import train
 from pbx.history import read_csv
@@ -21,6 +24,25 @@ MODULE = ROOT / "docs" / "examples" / "point.py"
 SAC = ["--algo", "sac", "--search", "PBT", "--batchsize", "2", "--quantile", "0.5", "--t_ready", "100",
        "--max_budget", "200", "-m", "learning_starts=50", "buffer_size=1000", "batch_size=32", "net_arch=[16,16]",
        "eval_episodes=1"]
+
+
+class DictPoint(gym.Env):
+    """A point on a line whose observation is a Dict (position and time left): SB3's MultiInputPolicy's kind."""
+
+    observation_space = gym.spaces.Dict({"x": gym.spaces.Box(-10, 10, (1,), np.float32),
+                                         "left": gym.spaces.Box(0, 1, (1,), np.float32)})
+    action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool, dict]:
+        return self.observation_space.sample(), 0.0, False, True, {}
+
+
+# Registered when pytest imports this module, so pbx finds it as test_own_env:DictPoint-v0.
+gym.register("DictPoint-v0", entry_point=DictPoint)
 
 
 def _pbx(folder: Path, command: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -62,4 +84,36 @@ def test_a_module_or_env_that_is_not_there_is_one_line(env: str, message: str, t
     monkeypatch.chdir(ROOT)  # where docs.examples.point imports from
     assert train.main(["--env", env, "--run-dir", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err == f"error: {message}\n"
+    assert not (tmp_path / "run").exists()
+
+
+def test_runs_whose_env_code_differs_are_not_pooled_and_a_resume_under_other_env_code_says_so(project: Path) -> None:
+    """Seed 0 trains the env as it was, seed 1 after its reward was scaled tenfold: the report refuses to pool the
+    two, naming the env's code; a resume of seed 0 under the edited module says so and records it."""
+    assert _pbx(project, "train", "--env", "my_tasks:Point-v0", *SAC, "--seed", "0", "--run-dir", "s0").returncode == 0
+    module = project / "my_tasks.py"
+    module.write_text(module.read_text().replace("-float(abs(self.x[0]))", "-10 * float(abs(self.x[0]))"))
+    assert _pbx(project, "train", "--env", "my_tasks:Point-v0", *SAC, "--seed", "1", "--run-dir", "s1").returncode == 0
+    refused = _pbx(project, "report", "s0", "s1", "--out", "both")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith("error: runs under 'PBT' are not one experiment: they differ in pbx.env_code (")
+    assert not (project / "both").exists()
+    resumed = _pbx(project, "train", "--resume", "s0", "-m", "max_budget=300")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "note: the code of my_tasks (the env's own, hash " in resumed.stdout
+    record = yaml.safe_load((project / "s0" / "config.yaml").read_text())["pbx"]
+    started = yaml.safe_load((project / "s1" / "config.yaml").read_text())["pbx"]
+    assert record["env_continued"] == [started["env_code"]] != [record["env_code"]]
+
+
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
+def test_an_env_with_dict_observations_is_one_line_before_anything_is_written(
+        algo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    env = "test_own_env:DictPoint-v0"
+    assert train.main(["--env", env, "--algo", algo, "--batchsize", "2", "--t_ready", "64", "--max_budget", "64",
+                       "--run-dir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --algo {algo} cannot take {env}'s observations, a Dict space (keys left, x): pbx's agents act on "
+        f"one array (SB3's MlpPolicy and CnnPolicy, not its MultiInputPolicy); register the env wrapped in "
+        f"gymnasium.wrappers.FlattenObservation, which makes them one Box\n")
     assert not (tmp_path / "run").exists()

@@ -18,7 +18,7 @@ from pbx.run_dir import RunDir
 from pbx.runners import sync
 from pbx.runners.sync import SyncRunner
 
-from conftest import kill_after, start_train, tensorboard_tags
+from conftest import check_skips, kill_after, start_train, tensorboard_tags
 
 ROOT = Path(__file__).resolve().parent.parent
 # One rollout of 2 envs x 32 steps per round, two rounds, one test episode per member and round.
@@ -219,3 +219,49 @@ def test_score100_is_the_mean_of_the_last_100_finished_episodes(tmp_path, monkey
     np.testing.assert_allclose(history["score100"].to_numpy(), at_round_end, rtol=1e-12)
     assert (history["score100"] != history["score"]).any()  # not the round's own episodes' mean
     assert "pbx/score100" in tensorboard_tags(tmp_path / "run" / "tb" / "member_0")
+
+
+# Every rollout the space allows (2 envs x 48 to 80 steps, minibatches of 32) is longer than t_ready's 64 steps,
+# as the PB2 paper's allows 60,000-step rollouts against its 50,000-step interval.
+LONG_ROLLOUTS = """\
+learning_rate: {type: continuous, low: 1.0e-4, high: 1.0e-3, log: true}
+n_steps: {type: integer, low: 48, high: 80}
+"""
+
+
+def test_members_whose_rollout_outlasts_t_ready_end_within_one_rollout_of_the_budget(tmp_path) -> None:
+    """A member trained at least one rollout a round, so a rollout longer than t_ready ran ahead by (rollout -
+    t_ready) every round without bound. Now a member at or past a round's planned end skips the round (its score
+    carried, the round line says why), one behind it trains to the rollout boundary nearest the plan, and every
+    member ends fewer than one rollout past max_budget; kill -9 and --resume write the same history."""
+    space = tmp_path / "space.yaml"
+    space.write_text(LONG_ROLLOUTS)
+    args = ["--env", "CartPole-v1", "--search", "PB2", "--batchsize", "2", "--t_ready", "64", "--max_budget", "640",
+            "--space", str(space), "-m", "n_envs=2", "batch_size=32", "eval_episodes=1", "--device", "cpu"]
+    proc = subprocess.run([sys.executable, "-m", "pbx.train", *args, "--run-dir", str(tmp_path / "run")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    history = read_csv(tmp_path / "run" / "history.csv")
+    killed = start_train(*args, "--run-dir", str(tmp_path / "killed"))
+    kill_after(killed, tmp_path / "killed" / "history.csv", rows=2 * 2, timeout=600)
+    assert 1 <= read_csv(tmp_path / "killed" / "history.csv")["round"].max() < 9, "the kill should land mid-run"
+    resumed = start_train("--resume", str(tmp_path / "killed"))
+    _, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    pd.testing.assert_frame_equal(read_csv(tmp_path / "killed" / "history.csv").drop(columns="wall_s"),
+                                  history.drop(columns="wall_s"))
+    final = history[history["round"] == 9]
+    assert (final["steps"] < 640 + 2 * 80).all(), final["steps"].tolist()  # the space's longest rollout
+    skipped = check_skips(history, 64, 2 * history["n_steps"])
+    assert skipped.any()
+    # a member that skipped is tested as the others are, and saved: the last round's checkpoints are every member's
+    assert history.loc[skipped, "test_score"].notna().all()
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["member_0.r9.ckpt",
+                                                                                   "member_1.r9.ckpt"]
+    # a skipped round carries the score of the state the member holds: its parent's in the round before
+    scores = history.set_index(["member", "round"])["score"]
+    carried = [scores[(p, r - 1)] for p, r in zip(history["parent"][skipped], history["round"][skipped])]
+    np.testing.assert_array_equal(history.loc[skipped, "score"].to_numpy(), carried)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("round ")]
+    for _, row in history[skipped].iterrows():
+        assert f"m{row['member']} no score: skipped the round" in lines[row["round"]], lines[row["round"]]

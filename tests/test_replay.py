@@ -14,16 +14,16 @@ import yaml
 from pbx import replay, train
 from pbx.config import resolve
 from pbx.errors import UsageError
-from pbx.history import read_csv
+from pbx.history import History, read_csv
 from pbx.reporting import load_run, run_labels
 from pbx.run_dir import RunDir
 from pbx.runners.loop import RoundLoop
 from pbx.runners.sync import SyncRunner
-from pbx.schedule import lineage
+from pbx.schedule import lineage, schedule
 from pbx.space import Integer, Space
 from pbx.strategies.schedule import Schedule, ScheduleSettings
 
-from conftest import ROOT, run_toy
+from conftest import CHUNKED_TOY, ROOT, run_toy
 
 TOY = ["h0", "h1"]
 CARTPOLE = ["learning_rate", "ent_coef", "clip_range", "gamma", "gae_lambda", "n_epochs"]
@@ -108,6 +108,53 @@ def test_cartpole_replay_applies_the_schedule_at_the_lineage_steps(tmp_path, cap
     assert np.isfinite(ours["test_score"]).all()
     member_settings = yaml.safe_load((original / "config.yaml").read_text())["member"]
     assert yaml.safe_load((tmp_path / "replay" / "config.yaml").read_text())["member"] == member_settings
+
+
+def test_a_replay_skips_the_rounds_its_lineage_skipped(tmp_path) -> None:
+    """A lineage of members whose chunks outlast t_ready (tests/mpi/chunked_toy.py) skipped rounds: the replay, with
+    the same plan, skips them too, so it ends its rounds at the lineage's steps with the lineage's scores (a
+    skipped round's config, in force at no step, gives way to the next round's in the schedule)."""
+    run = [sys.executable, CHUNKED_TOY]
+    done = subprocess.run([*run, "train", "--env", "toy-chunked", "--search", "PBT", "--seed", "2",
+                           "--max_budget", "60", "--run-dir", str(tmp_path / "pbt")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    again = subprocess.run([*run, "replay", str(tmp_path / "pbt"), "--run-dir", str(tmp_path / "replay")],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    best = int(again.stdout.split()[2].rstrip(","))
+    path = lineage(read_csv(tmp_path / "pbt" / "history.csv"), best)
+    ours = read_csv(tmp_path / "replay" / "history.csv")
+    skipped = ours["carried"] & (ours["steps"] == ours["steps"].shift(fill_value=0))
+    assert skipped.any() and ours["steps"].tolist() == path["steps"].tolist()
+    assert ours["score"].tolist() == path["score"].tolist()
+    assert ours.loc[~skipped, TOY].equals(path.loc[~skipped, TOY])
+
+
+def test_a_config_a_skipped_round_held_at_no_step_leaves_the_schedule() -> None:
+    """A round the lineage skipped (its steps unchanged) trained no step with its config, so the schedule holds the
+    next round's config from those steps, as the replay's member, skipping the same round, trains it (two change
+    points at one step count are refused, and the replay would switch to the first)."""
+    a, b, c = ({"h0": h0, "h1": 0.5} for h0 in (0.1, 0.2, 0.3))
+
+    def points(steps: list[int], configs: list[dict]) -> list[dict]:
+        rows = pd.DataFrame([{"steps": s, **config} for s, config in zip(steps, configs)])
+        found = schedule(rows, History(TOY))
+        ScheduleSettings(found)  # a valid schedule
+        return [(point["steps"], point["config"]["h0"]) for point in found]
+
+    assert points([5, 5, 10, 10, 15], [a, b, c, c, a]) == [(0, 0.1), (5, 0.3), (10, 0.1)]
+    assert points([5, 5, 5, 10], [a, b, c, a]) == [(0, 0.1)]  # two skipped rounds, back to the config in force
+
+
+def test_a_lineage_trained_before_rounds_were_skipped_is_refused_saying_so(tmp_path, capsys) -> None:
+    """The committed PB2-paper runs trained one rollout a round at least: random seed 1's member 0 (56,960-step
+    rollouts against t_ready 50,000) ran ahead of a plan that this pbx would have it skip rounds of."""
+    source = ROOT / "docs" / "results" / "pb2_paper" / "random" / "seed1"
+    assert replay.main([str(source), "--member", "0", "--run-dir", str(tmp_path / "replay")]) == 2
+    err = capsys.readouterr().err
+    assert "the lineage was trained before pbx let a member skip a round" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "replay").exists()
 
 
 def _damage(tmp_path: Path, case: str) -> list[str]:

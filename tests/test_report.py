@@ -4,6 +4,7 @@ bad input."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import math
 import statistics
@@ -18,11 +19,12 @@ import pandas as pd
 import pytest
 import yaml
 
+from pbx.errors import UsageError
 from pbx.history import EVALUATOR_ROLE, RESULT_ROLE, History, HistoryLog, Row, best_rows
 from pbx.report import main
 from pbx.reporting import LAST_K, default_out, headline, load_run, member_kind, run_labels
 from pbx.reporting.plots import _schedule_axis
-from pbx.reporting.pooling import with_member_kind
+from pbx.reporting.pooling import pool, with_member_kind
 from pbx.space import Categorical, Continuous, Space
 
 from conftest import run_toy
@@ -311,6 +313,41 @@ def test_runs_of_different_experiments_are_not_pooled(tmp_path: Path) -> None:
         assert main([*folders, "--out", str(tmp_path / "out"), "--split", "--reps", "20"]) == 0
     table = (tmp_path / "out" / "comparison.md").read_text()
     assert table_row(table, "PBT (max_budget=24, pop_size=8)")[1] == "1"
+
+
+def test_runs_of_other_library_versions_are_pooled_with_a_note(tmp_path: Path) -> None:
+    """Two seeds of one toy experiment, one trained (and resumed) under other NumPy versions: pooled, and the
+    command and the comparison's files name the library and its versions."""
+    for seed in (0, 1):
+        run_toy(tmp_path / f"s{seed}", seed=seed, max_budget=24)
+    config = yaml.safe_load((tmp_path / "s1" / "config.yaml").read_text())
+    numpy = config["pbx"]["libraries"]["numpy"]
+    config["pbx"] = {**config["pbx"], "libraries": {"numpy": "0.0.1"}, "libraries_continued": [{"numpy": "0.0.2"}]}
+    (tmp_path / "s1" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    result = report(str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "out"), "--reps", "20")
+    note = (f"runs under 'PBT' were trained with other library versions, pooled all the same (pbx compares code "
+            f"and settings, not versions): numpy {numpy} (1 of 2 runs), 0.0.1 then 0.0.2 (1 of 2 runs)")
+    assert result.returncode == 0 and result.stderr == f"note: {note}\n", result.stderr
+    for name in ("statistics.md", "comparison.md"):
+        assert f"Note: {note}." in (tmp_path / "out" / name).read_text()
+    assert table_row((tmp_path / "out" / "comparison.md").read_text(), "PBT")[1] == "2"
+
+
+def test_an_envs_own_code_must_agree_among_its_runs_not_across_envs(tmp_path: Path) -> None:
+    """Across games a strategy's runs pool though each game's code hash is its own; two runs of one game whose
+    code differs do not."""
+    for name, env, code in (("a0", "tasks:A-v0", "a" * 16), ("a1", "tasks:A-v0", "a" * 16),
+                            ("b0", "more:B-v0", "b" * 16)):
+        make_run(tmp_path / name, "PBT", int(name[1]), env=env)
+        config = yaml.safe_load((tmp_path / name / "config.yaml").read_text())
+        config["pbx"] = {"version": "0.1.0", "commit": None, "code": "0" * 16, "env_code": code}
+        (tmp_path / name / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    runs = [load_run(tmp_path / name) for name in ("a0", "a1", "b0")]
+    assert [len(group) for group in pool(runs, ["PBT"] * 3, split=False).groups.values()] == [3]
+    edited = {**runs[1].config, "pbx": {**runs[1].config["pbx"], "env_code": "c" * 16}}
+    runs[1] = dataclasses.replace(runs[1], config=edited)
+    with pytest.raises(UsageError, match=r"runs under 'PBT' are not one experiment: they differ in pbx.env_code \("):
+        pool(runs, ["PBT"] * 3, split=False)
 
 
 def test_member_kind_in_labels_and_evaluators_are_not_results(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -11,11 +13,11 @@ from typing import Callable
 import pandas as pd
 import pytest
 
-from pbx.history import read_csv
+from pbx.history import History, read_csv
 from pbx.members import Diverged, ToyMember, register
 from pbx.strategies.observations import intervals
 
-from conftest import kill_after, run_toy, start_train, toy_config
+from conftest import CHUNKED_TOY, check_skips, kill_after, run_toy, start_train, toy_config
 
 def _without_wall(path: Path) -> pd.DataFrame:
     return read_csv(path).drop(columns="wall_s")
@@ -72,6 +74,36 @@ def test_killed_run_resumes_to_the_uninterrupted_history(tmp_path) -> None:
     assert resumed.returncode == 0, err
     pd.testing.assert_frame_equal(_without_wall(history), _without_wall(tmp_path / "whole" / "history.csv"))
     assert "Traceback" not in err
+
+
+def test_members_whose_chunks_outlast_t_ready_skip_rounds_and_resume_to_the_uninterrupted_history(tmp_path) -> None:
+    """The toy in whole chunks of 3 to 7 steps against t_ready 4 (tests/mpi/chunked_toy.py), as PPO's rollouts of a
+    searched length outlast a round: a member skips the rounds it begins at or past their planned end, so every
+    member ends within a chunk of max_budget; the skip is decided from the steps and config a checkpoint holds,
+    so kill -9 and --resume write the same history; and PB2 takes no improvement rate to or from a skipped
+    round (its score is carried: no steps, no improvement)."""
+    args = [sys.executable, CHUNKED_TOY, "train", "--env", "toy-chunked", "--search", "PB2", "--seed", "5",
+            "--max_budget", "120"]
+    whole = subprocess.run([*args, "--run-dir", str(tmp_path / "whole")], capture_output=True, text=True, timeout=120)
+    assert whole.returncode == 0, whole.stderr
+    killed = subprocess.Popen([*args, "--run-dir", str(tmp_path / "killed")], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    history = tmp_path / "killed" / "history.csv"
+    kill_after(killed, history, rows=4 * 8)
+    assert 8 <= read_csv(history)["round"].max() < 29, "the kill should land mid-run"
+    resumed = subprocess.run([sys.executable, CHUNKED_TOY, "train", "--resume", str(tmp_path / "killed")],
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    pd.testing.assert_frame_equal(_without_wall(history), _without_wall(tmp_path / "whole" / "history.csv"))
+
+    frame = read_csv(history)
+    skipped = check_skips(frame, 4, 3 + (4 * frame["h0"]).round())
+    assert skipped.sum() >= 10 and frame.loc[frame["round"] == 29, "steps"].between(120 - 3, 120 + 6).all()
+    carried = frame.set_index(["member", "round"])["carried"]
+    untouched = [r > 0 and not carried[(m, r)] and not carried[(p, r - 1)]
+                 for m, p, r in zip(frame["member"], frame["parent"], frame["round"])]
+    rates = intervals(History(["h0", "h1"], frame), toy_config().space, window=1000)
+    assert len(rates.rate) == sum(untouched) < 4 * 29
 
 
 def test_sigterm_stops_cleanly_with_a_resume_hint(tmp_path) -> None:

@@ -82,6 +82,7 @@ def member_class(env: str, hyperparameters: Iterable[str] = (), algo: str = "ppo
     from pbx.members.ppo import PPOMember
 
     PPOMember.check_env(env)
+    _check_observations(env, algo)
     if set(hyperparameters) & set(AUGMENTATION):
         from pbx.members.drac import DrACMember
 
@@ -93,10 +94,12 @@ def member_class(env: str, hyperparameters: Iterable[str] = (), algo: str = "ppo
 def _agent(cls: type[Member], env: str, algo: str, hyperparameters: Iterable[str]) -> type[Member]:
     """``cls``, the member ``algo`` names, once it is known to train on ``env`` and to act in its action space."""
     from pbx.envs import observation_and_action_spaces
+    from pbx.members.offpolicy import OffPolicyMember
     from pbx.members.sb3 import SB3Member
 
     assert issubclass(cls, SB3Member)
     cls.check_env(env)
+    _check_observations(env, algo, off_policy=issubclass(cls, OffPolicyMember))
     if set(hyperparameters) & set(AUGMENTATION):
         raise UsageError(f"aug_type and aug_coef are DrAC's, a PPO on ProcGen games; --algo {algo} has neither")
     _, action_space = observation_and_action_spaces(env)
@@ -105,6 +108,40 @@ def _agent(cls: type[Member], env: str, algo: str, hyperparameters: Iterable[str
         raise UsageError(f"--algo {algo} cannot act in {env}'s action space {action_space}: use --algo "
                          f"{', '.join(able[:-1])} or {able[-1]}")
     return cls
+
+
+def _check_observations(env: str, algo: str, off_policy: bool = False) -> None:
+    """Raise :class:`UsageError` unless ``env``'s observations are one array, the only kind pbx's SB3 members take.
+
+    Their policies are SB3's ``MlpPolicy`` and ``CnnPolicy`` (the IMPALA CNN for ProcGen), which take a Box,
+    Discrete, MultiDiscrete or MultiBinary space; a Dict needs SB3's ``MultiInputPolicy``, and with it a
+    dictionary replay buffer, per-key observation statistics, checkpoints and test episodes of dictionaries,
+    none of which pbx's members hold. An ``off_policy`` agent cannot take a Discrete space either: SB3 stores an
+    episode's last observation through the member's observation normaliser, which indexes it as a row of
+    features, and one integer per env is not one. Refused here, before a run folder exists, instead of a
+    traceback from SB3 (PPO; an off-policy agent at its first episode's end) or pbx's replay-buffer sizing (SAC,
+    TD3, DQN on a Dict); gymnasium's ``FlattenObservation`` turns a Dict, a Tuple or a Discrete into one Box.
+    """
+    from gymnasium import spaces
+
+    from pbx.envs import is_procgen, observation_and_action_spaces
+
+    if is_procgen(env):
+        return
+    observations, _ = observation_and_action_spaces(env)
+    arrays = (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary) + (() if off_policy else (spaces.Discrete,))
+    if isinstance(observations, arrays):
+        return
+    kind = type(observations).__name__
+    if isinstance(observations, spaces.Discrete):
+        raise UsageError(f"--algo {algo} cannot take {env}'s observations, a Discrete space: SB3's off-policy agents "
+                         f"store them through pbx's observation normaliser, which needs a row of features per env; "
+                         f"use --algo ppo or a2c, or register the env wrapped in "
+                         f"gymnasium.wrappers.FlattenObservation, which makes them one-hot in a Box")
+    keys = f" (keys {', '.join(observations.spaces)})" if isinstance(observations, spaces.Dict) else ""
+    raise UsageError(f"--algo {algo} cannot take {env}'s observations, a {kind} space{keys}: pbx's agents act on one "
+                     f"array (SB3's MlpPolicy and CnnPolicy, not its MultiInputPolicy); register the env wrapped in "
+                     f"gymnasium.wrappers.FlattenObservation, which makes them one Box")
 
 
 def space_file(env: str, bandit: bool = False, algo: str = "ppo") -> str:

@@ -2,7 +2,9 @@
 
 A member owns one learner and everything it needs to continue (for PPO: the
 policy, the optimizer, its envs and their normalisation statistics). Runners
-call, per round: :meth:`Member.train`, optionally :meth:`Member.evaluate`,
+call, per round: :meth:`Member.train` (for the steps to the round's planned end,
+:meth:`Member.steps_trained` of them; not at all for a member already at or past
+it: :meth:`pbx.config.RunConfig.steps_due`), optionally :meth:`Member.evaluate`,
 :meth:`Member.save`; and for an exploit :meth:`Member.load` of the donor's file
 (``own=False``) followed by :meth:`Member.apply` of the new config. A resume
 loads each member's own file (``own=True``).

@@ -15,6 +15,17 @@ collects ``train_freq`` steps per env between updates, which a round trains whol
 chunk of :meth:`~pbx.members.sb3.SB3Member.steps_trained`). A checkpoint holds the replay
 buffer (:mod:`pbx.members.replay_store`), the envs' last raw observations the buffer's next
 row starts from, and the action space's generator (the warm-up's random actions).
+
+A diverged member (:class:`~pbx.members.base.Diverged`) rolls back its learner only; its replay buffer and
+envs stay as the round left them, because nothing non-finite ever enters them: an action that is not a
+finite number is refused before the envs step it (:meth:`OffPolicyRun._sample_action`), which ends the
+round as diverged. Every row the round added was stepped with a finite action, by the policy as it was
+before its weights went non-finite (or with only its critic gone), so it is a real transition of the
+member's envs, as good to learn from as any older row; the envs went on from it, and in a full ring it
+overwrote an older row, so dropping it could not give the old buffer back anyway. After a rollback the
+member samples only finite rows and steps finite envs, and trains normally in the next round. An exploit
+changes nothing of that: the recipient keeps its own buffer and envs, or with ``copy_buffer`` takes the
+donor's buffer, which holds finite rows for the same reason.
 """
 
 from __future__ import annotations
@@ -29,12 +40,13 @@ import numpy as np
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
 from pbx.envs import observation_and_action_spaces  # isort: skip
 from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.preprocessing import get_action_dim
 from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
 from pbx.errors import UsageError
-from pbx.members.base import MemberContext
+from pbx.members.base import Diverged, MemberContext
 from pbx.members.process import members_on_this_machine
 from pbx.members.replay_store import CountingReplayBuffer, ReplayStore, set_whole, whole
 from pbx.members.sb3 import SB3Member
@@ -67,7 +79,25 @@ class OffPolicySettings(SB3Settings):
 
 class OffPolicyRun(OffPolicyAlgorithm):
     """SB3's off-policy loop that remembers where episodes start, as the on-policy one does
-    (``_last_episode_starts``): a round's score leaves out the episodes in progress when it began."""
+    (``_last_episode_starts``): a round's score leaves out the episodes in progress when it began; and that
+    never steps its envs with, or stores, an action that is not a finite number."""
+
+    def _sample_action(self, learning_starts: int, action_noise: ActionNoise | None = None,
+                       n_envs: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """SB3's action, refused with :class:`Diverged` where it is not finite, before the envs step it.
+
+        A policy whose weights went NaN acts NaN, and TD3's deterministic actor has no distribution that would
+        raise on it as SAC's does; SB3's clipping leaves NaN as it is. Stepped, the action would put NaN into
+        the envs' states and, with the observations and rewards it brings, into the replay buffer, where the
+        learner's rollback could not undo it: the member would diverge again every round. Refused here, the
+        envs and the buffer hold only what finite actions produced (the module docstring says why a rollback
+        needs no more). DQN's actions are indices, finite whatever its Q-values.
+        """
+        action, buffer_action = super()._sample_action(learning_starts, action_noise, n_envs)
+        if not (np.isfinite(action).all() and np.isfinite(buffer_action).all()):
+            raise Diverged("the policy's actions are not finite: the envs did not step them, the replay buffer "
+                           "did not store them")
+        return action, buffer_action
 
     def _store_transition(self, replay_buffer: ReplayBuffer, buffer_action: np.ndarray, new_obs: Any,
                           reward: np.ndarray, dones: np.ndarray, infos: list[dict[str, Any]]) -> None:
@@ -149,7 +179,7 @@ class OffPolicyMember(SB3Member):
             raise UsageError(f"{path} was written with copy_buffer {self._store is not None}, this run's settings "
                              f"say {self.settings.copy_buffer}; the run folder does not match its config.yaml")
         if self._store is None:
-            set_whole(self.model.replay_buffer, entry)
+            set_whole(self.model.replay_buffer, entry, path)
         else:
             self._store.load(path, entry)
 

@@ -15,12 +15,15 @@ round's rows, and a save writes one round's rows.
 
 Files are written with :func:`pbx.files.durable_write` before the checkpoint that lists
 them. A resume may find segments of a save the kill interrupted: they carry numbers the
-resumed member writes again (an atomic replace), or are deleted at its next save.
+resumed member writes again (an atomic replace), or are deleted at its next save. A segment
+the checkpoint lists that is missing or damaged (a full disk, a copy cut short) is one error
+naming it, as a damaged checkpoint is (:meth:`ReplayStore.load`).
 """
 
 from __future__ import annotations
 
 import re
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,9 @@ from pbx.files import durable_write
 
 FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
 """The arrays of SB3's ``ReplayBuffer`` (without ``optimize_memory_usage``), each (rows, n_envs, ...)."""
+
+_FIX = "the run folder is damaged: restore the file, or start a new run"
+"""The way out a damaged file's message gives (:func:`pbx.members.checkpoint.read_checkpoint`'s)."""
 
 
 class CountingReplayBuffer(ReplayBuffer):
@@ -72,9 +78,15 @@ def whole(buffer: ReplayBuffer) -> dict[str, Any]:
             "pos": buffer.pos, "full": buffer.full}
 
 
-def set_whole(buffer: ReplayBuffer, entry: dict[str, Any]) -> None:
-    """Take the buffer :func:`whole` wrote (the rows past its filled ones are never read before written)."""
-    put_rows(buffer, 0, {name: tensor.numpy() for name, tensor in entry["rows"].items()})
+def set_whole(buffer: ReplayBuffer, entry: dict[str, Any], path: Path) -> None:
+    """Take the buffer :func:`whole` wrote into the checkpoint ``path`` (the rows past its filled ones are never
+    read before written); rows that do not fit the buffer are a :class:`UsageError` naming the checkpoint."""
+    filled = buffer.buffer_size if entry["full"] else entry["pos"]
+    arrays = {name: entry["rows"][name].numpy() for name in FIELDS if name in entry["rows"]}
+    problem = _misfit(buffer, arrays, filled)
+    if problem:
+        raise UsageError(f"{path}: its replay buffer {problem}; {_FIX}")
+    put_rows(buffer, 0, arrays)
     buffer.pos, buffer.full = entry["pos"], entry["full"]
 
 
@@ -113,19 +125,55 @@ class ReplayStore:
         return {"segments": list(segments), "pos": buffer.pos, "full": buffer.full, "number": self.number}
 
     def load(self, path: Path, entry: dict[str, Any]) -> None:
-        """Rebuild the buffer from the segments a checkpoint at ``path`` lists (its :meth:`save` entry)."""
+        """Rebuild the buffer from the segments a checkpoint at ``path`` lists (its :meth:`save` entry).
+
+        A segment that is missing, unreadable (truncated, empty, not a segment) or does not fit (fields,
+        shapes, dtypes other than the buffer's, another row count than the checkpoint lists) is one
+        :class:`UsageError` naming its file, as a damaged checkpoint is (``read_checkpoint``): the buffer it
+        would rebuild is not the one the checkpoint was saved with, and a run resumed on another buffer would
+        no longer continue bit for bit, so nothing is guessed.
+        """
         buffer = self.buffer
-        for name, start, _ in entry["segments"]:
-            try:
-                with np.load(path.parent / name) as data:
-                    put_rows(buffer, start, {field: data[field] for field in FIELDS})
-            except (OSError, ValueError, KeyError) as err:
-                raise UsageError(f"{path}: its replay buffer's segment {name} is unreadable ({type(err).__name__}); "
-                                 f"the run folder is damaged: restore the file, or start a new run") from None
+        for name, start, count in entry["segments"]:
+            put_rows(buffer, start, _read_segment(path.parent / name, path, buffer, count))
         buffer.pos, buffer.full = entry["pos"], entry["full"]
         self.segments = self.before = [tuple(s) for s in entry["segments"]]  # type: ignore[misc]
         self.number = entry["number"]
         self.saved_at = buffer.added
+
+
+def _read_segment(file: Path, path: Path, buffer: ReplayBuffer, count: int) -> dict[str, np.ndarray]:
+    """The ``count`` rows of the segment ``file`` that the checkpoint ``path`` lists; any damage is one
+    :class:`UsageError` naming the file."""
+    if not file.is_file():
+        raise UsageError(f"{file}: missing replay buffer segment, listed by {path.name}; {_FIX}")
+    try:
+        with np.load(file, allow_pickle=False) as data:
+            arrays = {field: data[field] for field in FIELDS}
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as err:
+        # np.load gives EOFError on an empty file, BadZipFile on a truncated one, KeyError for a missing field
+        first = (str(err).splitlines() or [""])[0][:80]
+        reason = "empty file" if file.stat().st_size == 0 else f"{type(err).__name__}: {first}"
+        raise UsageError(f"{file}: unreadable replay buffer segment ({reason}), listed by {path.name}; "
+                         f"{_FIX}") from None
+    problem = _misfit(buffer, arrays, count)
+    if problem:
+        raise UsageError(f"{file}: replay buffer segment {problem}, listed by {path.name}; {_FIX}")
+    return arrays
+
+
+def _misfit(buffer: ReplayBuffer, arrays: dict[str, np.ndarray], count: int) -> str:
+    """What keeps ``arrays`` from being ``count`` rows of ``buffer`` ("" when nothing does)."""
+    for name in FIELDS:
+        if name not in arrays:
+            return f"lacks {name}"
+        array, field = arrays[name], getattr(buffer, name)
+        need = (count, *field.shape[1:])
+        if array.shape != need:
+            return f"holds {name} of shape {array.shape}, the buffer needs {need}"
+        if array.dtype != field.dtype:
+            return f"holds {name} of dtype {array.dtype}, the buffer needs {field.dtype}"
+    return ""
 
 
 def _needed(segments: list[tuple[str, int, int]], size: int) -> list[tuple[str, int, int]]:

@@ -107,7 +107,8 @@ class SB3Member(Checkpointed, Member):
     """Attributes of the SB3 algorithm that count env steps as ``steps`` does (DQN's ``_n_calls``, which times
     its target updates): saved, and taken from the donor with its step count on an exploit."""
     test_deterministic: ClassVar[bool] = False
-    """Test episodes take the most likely action (SB3's and rl-zoo's evaluation of off-policy agents)."""
+    """Test episodes take the most likely action (SB3's and rl-zoo's evaluation of off-policy agents), unless the
+    settings' ``eval_deterministic`` says otherwise."""
     checkpoint_keys: ClassVar[tuple[str, ...]] = (
         "format", "env", "n_envs", "steps", "n_updates", "config", "reward_norm", "last_obs", "last_episode_starts",
         "env_state", "rng")
@@ -165,7 +166,8 @@ class SB3Member(Checkpointed, Member):
     def round_steps(cls, settings: MemberSettings, steps: int, space: Space) -> int:
         """Whole chunks (rollouts, or ``train_freq`` steps per env), the nearest number to ``steps`` and at least
         one: SB3 collects them whole. Where the space searches the chunk's length each member's differs, so the
-        plan is ``steps`` itself and each member ends a round at its own chunk's boundary nearest the plan."""
+        plan is ``steps`` itself: each member trains whole chunks of its own to the boundary nearest the plan,
+        and skips a round it begins at or past the plan's end (:meth:`pbx.config.RunConfig.steps_due`)."""
         return steps if cls.chunk in space.params else cls.steps_trained(settings, {}, steps)
 
     @classmethod
@@ -286,8 +288,8 @@ class SB3Member(Checkpointed, Member):
             call, NaN if none did (:meth:`score_note` then says how many were left out).
 
         Raises:
-            Diverged: the loss or weights went non-finite; the learner is back in the
-                state it had when the call started, and the steps count as trained.
+            Diverged: the loss, the weights or an action went non-finite; the learner is
+                back in the state it had when the call started, and the steps count as trained.
         """
         if steps <= 0:
             raise UsageError(f"steps to train must be positive, got {steps}")
@@ -299,6 +301,9 @@ class SB3Member(Checkpointed, Member):
             try:
                 self.model.learn(total, callback=episodes, reset_num_timesteps=False, progress_bar=False)
                 failure = None if self._finite() else "weights are not finite after the update"
+            except Diverged as err:
+                # an off-policy agent refused a non-finite action before its envs stepped it (pbx.members.offpolicy)
+                failure = str(err)
             except (ValueError, RuntimeError) as err:
                 # torch's Categorical(logits=nan) raises ValueError; other kernels a RuntimeError naming nan or inf
                 if self._finite() and not _NON_FINITE.search(str(err)):
@@ -358,7 +363,8 @@ class SB3Member(Checkpointed, Member):
         s = self.settings
         if s.eval_episodes == 0 or not self._finite():
             return math.nan
-        played = self.play(seed, s.eval_episodes, deterministic=self.test_deterministic, n_envs=s.eval_n_envs)
+        deterministic = self.test_deterministic if s.eval_deterministic is None else s.eval_deterministic
+        played = self.play(seed, s.eval_episodes, deterministic=deterministic, n_envs=s.eval_n_envs)
         if not played.complete:
             warnings.warn(f"member {self.context.index}: evaluation stopped at eval_max_steps={s.eval_max_steps:,} "
                           f"vector steps with {len(played.returns)} of {s.eval_episodes} test episodes finished, so "

@@ -49,6 +49,7 @@ DOMAINS: dict[str, Domain] = {
                  "a list of positive layer sizes such as [32, 32], or null (the agent's SB3 default)"),
     "eval_episodes": (non_negative_int, "an integer >= 0 (0: no evaluation)"),
     "eval_n_envs": (lambda v: v is None or positive_int(v), "a positive integer or None"),
+    "eval_deterministic": (lambda v: v is None or isinstance(v, bool), "true, false or null (the agent's own)"),
     "eval_max_steps": (positive_int, "a positive integer"),
     "deterministic": (_flag, "true or false"),
     # on-policy agents (PPO, A2C)
@@ -105,6 +106,10 @@ class SB3Settings(MemberSettings):
     """The MLP's hidden layers (SB3's ``net_arch``); None: the agent's SB3 default."""
     eval_episodes: int = 10
     """Finished test episodes averaged by the member's ``evaluate``; 0 turns evaluation off."""
+    eval_deterministic: Optional[bool] = None
+    """Whether test episodes take the policy's most likely action (true) or sample it (false); null: the agent's
+    own, as SB3 and rl-zoo evaluate it (SAC, TD3 and DQN deterministic; PPO and A2C sampled). Set it to compare
+    agents of both kinds under one policy."""
     eval_n_envs: Optional[int] = None
     """Envs in the test env; None = one per episode (all episodes at once, no bias to short ones)."""
     eval_max_steps: int = 100_000
@@ -145,7 +150,8 @@ class SB3Settings(MemberSettings):
 
     def check_space(self, space: Space) -> None:
         """Raise :class:`UsageError` for a search space these settings cannot train with: a hyperparameter they
-        do not use, a bound or choice outside its domain, an integer as a continuous range."""
+        do not use, a bound or choice outside its domain, an integer range holding an invalid whole number, an
+        integer as a continuous range."""
         self.check_searched(space.names)
         for name, param in space.params.items():
             if isinstance(param, Continuous):
@@ -161,3 +167,23 @@ class SB3Settings(MemberSettings):
                     self.check(name, value)
                 except UsageError as err:
                     raise UsageError(f"search space: {err}") from None
+            if isinstance(param, Integer):
+                self._check_whole_range(name, param)
+
+    @classmethod
+    def _check_whole_range(cls, name: str, param: Integer) -> None:
+        """Raise :class:`UsageError` for a whole number inside an integer range that is not a valid value.
+
+        A member may be handed any of them, not only the ends: a draw, PB2's rounded pick or PBT's step lands
+        anywhere in the range. Valid ends do not make a valid range where the domain has a hole (gradient_steps:
+        -1 or a positive number, never 0): [-1, 8] would pass at its ends, and the member that first draws 0
+        would kill the run, and its every resume, mid-way. Each whole number is checked (a million take about a
+        second; searched integers span far fewer).
+        """
+        valid, expected = cls.domains[name]
+        low, high = int(param.low), int(param.high)
+        bad = next((value for value in range(low + 1, high) if not valid(value)), None)
+        if bad is not None:
+            raise UsageError(f"search space: {name} must be {expected}, got {bad}, which its range [{low}, {high}] "
+                             f"holds (a member may draw or explore to any whole number of it): give the values as "
+                             f"categorical choices instead")

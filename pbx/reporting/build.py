@@ -12,7 +12,9 @@
   the env.
 
 Runs under one label are pooled only when they are one experiment
-(:func:`pbx.reporting.pooling.pool`).
+(:func:`pbx.reporting.pooling.pool`); where they were trained with other library
+versions the command says so on stderr, and the comparison's files above their
+list of runs.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ def generate(run_dirs: Sequence[Path], options: Options = Options()) -> Iterator
     if inputs.out is not None:
         labels = with_member_kind(inputs.runs, inputs.labels)
         pooled = pool(inputs.runs, labels, options.split, names=inputs.labels)
+        for note in pooled.notes:
+            print(f"note: {note}", file=sys.stderr)
         study = make_study(pooled, ranges, options.baseline if options.baseline is not None else inputs.baseline,
                            options.k, options.reps)
     if inputs.own_reports:

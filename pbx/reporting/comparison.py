@@ -42,7 +42,7 @@ def write_comparison(study: Study, out: Path, score: str) -> list[Path]:
     (out / "comparison.md").write_text(_headline_table(study))
     (out / "statistics.md").write_text("\n".join([
         f"# {study.subject}: aggregate statistics (rliable)", "", f"Games: {', '.join(study.games)}.", "",
-        *(markdown(table, level=2) for table in tables), _method_note(study, score), "", "Runs:",
+        *(markdown(table, level=2) for table in tables), _method_note(study, score), "", *_notes(study), "Runs:",
         *runs_of(study, study.labels), ""]))
     (out / "statistics.tex").write_text(latex_document([(t, f"{study.subject}-{n}") for n, t in enumerate(tables)],
                                                        f"{study.subject}, {score_title(score, study.k)}"))
@@ -100,6 +100,11 @@ def _published(study: Study, game: str) -> tuple[float, float, float, float] | N
     return published_for([run for label in study.labels for run in study.cells[label][game]])
 
 
+def _notes(study: Study) -> list[str]:
+    """The study's notes (:attr:`Study.notes`), each a paragraph, above the list of runs."""
+    return [line for note in study.notes for line in (f"Note: {note}.", "")]
+
+
 def _caution(cells: list[tuple[str, stats.Estimate]]) -> list[str]:
     line = stats.coverage_caution(cells)
     return [line] if line else []
@@ -146,7 +151,7 @@ def _headline_table(study: Study) -> str:
                         f"best member, mean of last {k} rounds: train",
                         f"best member, mean of last {k} rounds: test"], rows), "",
         FINAL_SCORE_NOTE + " Raw scores, mean ± sample standard deviation (ddof=1) over runs; "
-        "n/a where no run has a score; `(m of n)` where only m runs have one.", "",
+        "n/a where no run has a score; `(m of n)` where only m runs have one.", "", *_notes(study),
         "Runs:", *runs_of(study, study.labels), "",
     ])
 

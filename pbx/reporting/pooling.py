@@ -5,10 +5,13 @@ but the seed. Runs are labelled by their strategy (a sweep's variant, or
 ``search`` and ``cat_exp``, with the selection and the member kind where the runs
 differ in them), and the runs under one label are pooled only when their
 fingerprints (:mod:`pbx.fingerprint`: the resolved config less seed, name and how
-it ran, plus the pbx that trained it) agree. Otherwise :func:`pool` names the
-differing keys, or, when asked to split, groups the runs by those keys' values
-and puts the values in the labels. Across games the env is the one key allowed to
-differ.
+it ran, plus the code that trained it: pbx's, and an env's own) agree. Otherwise
+:func:`pool` names the differing keys, or, when asked to split, groups the runs by
+those keys' values and puts the values in the labels. Across games the env is the
+one key allowed to differ (the hash of an env's own code must still agree among the
+runs of each env). The versions of the libraries that trained the runs are not part
+of a fingerprint: a group whose runs differ in them is pooled, with a note naming
+them (:attr:`Pooled.notes`).
 """
 
 from __future__ import annotations
@@ -19,12 +22,15 @@ from dataclasses import dataclass
 from typing import Any, Collection, Mapping, Sequence
 
 from pbx.errors import UsageError
-from pbx.fingerprint import fingerprint
+from pbx.fingerprint import ENV_CODE, ENV_CONTINUED, PROVENANCE, fingerprint, library_versions
 from pbx.members import AUGMENTATION
 from pbx.members.toy import TOY_ENVS
 from pbx.reporting.runs import Run
 
 ENV_KEY = "run.env"
+ENV_CODE_KEYS = (f"{PROVENANCE}.{ENV_CODE}", f"{PROVENANCE}.{ENV_CONTINUED}")
+"""The hash of an env's own code: where the env may differ within a group (a strategy over several games), runs
+of one env must still agree in it."""
 
 
 def member_kind(run: Run) -> str:
@@ -62,6 +68,8 @@ class Pooled:
     groups: dict[str, list[Run]]
     origin: dict[str, str]
     """Each group's label before splitting and member kinds were added (what ``--baseline`` may name)."""
+    notes: tuple[str, ...] = ()
+    """One line for each group whose runs were trained with other library versions (pooled all the same)."""
 
     def label(self, name: str | None, flag: str = "--baseline") -> str | None:
         """The group ``name`` means: a label, or the unique group it was split into or decorated as."""
@@ -85,7 +93,8 @@ def pool(runs: Sequence[Run], labels: Sequence[str], split: bool, names: Sequenc
         names: each run's label as the user may name it (before member kinds were added; default ``labels``).
         split: where one label's fingerprints differ, split its runs by the differing keys' values (the
             label then says them, ``PBT (pop_size=4)``) instead of refusing.
-        ignore: fingerprint keys allowed to differ within a group (the env: a strategy over several games).
+        ignore: fingerprint keys allowed to differ within a group (the env: a strategy over several games;
+            the runs of each env then agree in the hash of its code, :data:`ENV_CODE_KEYS`).
 
     Raises:
         UsageError: runs under one label differ and ``split`` is off; the message names the keys.
@@ -98,7 +107,7 @@ def pool(runs: Sequence[Run], labels: Sequence[str], split: bool, names: Sequenc
     origin: dict[str, str] = {}
     for label, members in by_label.items():
         prints = [{k: v for k, v in fingerprint(run.config).items() if k not in ignore} for run in members]
-        keys = _differing(prints)
+        keys = _differing(prints, [run.env for run in members] if ENV_KEY in ignore else None)
         if keys and not split:
             shown = "; ".join(f"{run.path}: {_values(p, keys)}" for run, p in _first_per_value(members, prints, keys))
             raise UsageError(f"runs under {label!r} are not one experiment: they differ in {', '.join(keys)} "
@@ -107,13 +116,40 @@ def pool(runs: Sequence[Run], labels: Sequence[str], split: bool, names: Sequenc
             name = f"{label} ({_values(p, keys, short=True)})" if keys else label
             groups.setdefault(name, []).append(run)
             origin[name] = named[label]
-    return Pooled(groups, origin)
+    notes = (_library_note(label, members) for label, members in groups.items())
+    return Pooled(groups, origin, tuple(note for note in notes if note))
 
 
-def _differing(prints: Sequence[Mapping[str, Any]]) -> list[str]:
+def _library_note(label: str, runs: Sequence[Run]) -> str:
+    """``runs under 'PBT' were trained with other library versions, pooled all the same (...): torch 2.1.0 (1 of
+    3 runs), 2.3.0 (2 of 3 runs)``; "" where they agree. A resumed run's versions read ``2.1.0 then 2.3.0``."""
+    versions = [library_versions(run.config.get(PROVENANCE)) for run in runs]
+    names = dict.fromkeys(name for found in versions for name in found)
+    parts = []
+    for name in names:
+        each = [" then ".join(found.get(name, ("unrecorded",))) for found in versions]
+        if len(set(each)) > 1:
+            counts = {version: each.count(version) for version in each}
+            parts.append(f"{name} " + ", ".join(f"{version} ({count} of {len(runs)} runs)"
+                                                for version, count in counts.items()))
+    return (f"runs under {label!r} were trained with other library versions, pooled all the same (pbx compares "
+            f"code and settings, not versions): {'; '.join(parts)}") if parts else ""
+
+
+def _differing(prints: Sequence[Mapping[str, Any]], games: Sequence[str] | None = None) -> list[str]:
+    """The keys whose values differ among ``prints``; given each run's game, the keys of an env's code
+    (:data:`ENV_CODE_KEYS`) only where they differ among the runs of one game."""
     missing = object()
+
+    def differ(key: str, among: Sequence[Mapping[str, Any]]) -> bool:
+        return len({repr(p.get(key, missing)) for p in among}) > 1
+
+    by_game: dict[str, list[Mapping[str, Any]]] = {}
+    for game, p in zip(games or [], prints):
+        by_game.setdefault(game, []).append(p)
     keys = {k for p in prints for k in p}
-    return sorted(k for k in keys if len({repr(p.get(k, missing)) for p in prints}) > 1)
+    return sorted(k for k in keys if (any(differ(k, among) for among in by_game.values())
+                                      if games is not None and k in ENV_CODE_KEYS else differ(k, prints)))
 
 
 def _values(print_: Mapping[str, Any], keys: Sequence[str], short: bool = False) -> str:

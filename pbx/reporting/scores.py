@@ -34,8 +34,10 @@ FINAL_SCORE_NOTE = (
     "members in the last round (for a baseline, the mean over its seeds): the like-for-like number between "
     "a baseline and a tuned population. Last k: the best-on-train member of each of the last k rounds "
     "(fewer if the run is shorter), its scores averaged over those rounds. A round in which no training "
-    "episode both started and ended (a policy whose episodes outlast the round) carries the member's last "
-    "train score (history.csv's carried column), so a member too good to finish an episode keeps its score; "
+    "episode both started and ended (a policy whose episodes outlast the round), or that the member skipped "
+    "(it began the round at or past the round's planned steps: a rollout longer than t_ready), carries the "
+    "member's last train score (history.csv's carried column), so a member too good to finish an episode keeps "
+    "its score; "
     "NaN scores (a diverged member, a round without a test, no score yet to carry) are left out of the means."
 )
 

@@ -38,6 +38,8 @@ class Study:
     baseline: str | None
     k: int
     reps: int
+    notes: tuple[str, ...] = ()
+    """What a reader of the numbers must know of the runs pooled into them (:attr:`Pooled.notes`)."""
 
     @property
     def labels(self) -> list[str]:
@@ -145,7 +147,7 @@ def make_study(pooled: Pooled, ranges: Ranges, baseline: str | None, k: int, rep
         scaled = {game: bounds for game, bounds in found.items() if bounds is not None}
     elif games[0] in ranges.given:
         scaled = {games[0]: ranges.given[games[0]]}
-    return Study(cells, games, scaled, pooled.label(baseline), k, reps)
+    return Study(cells, games, scaled, pooled.label(baseline), k, reps, pooled.notes)
 
 
 def runs_of(study: Study, labels: Sequence[str]) -> list[str]:

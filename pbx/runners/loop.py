@@ -6,7 +6,8 @@ every member in this process, files on disk; the MPI runner: members spread
 over ranks, checkpoint bytes sent between them), as SB3's ``DummyVecEnv`` and
 ``SubprocVecEnv`` differ only in how a step is carried out.
 
-Per round ``r``: the executor trains each member to the round's planned end (``round_end(r)`` steps in all),
+Per round ``r``: the executor trains each member to the round's planned end (``round_end(r)`` steps in all,
+in whole rollouts; a member already at or past it skips the round: ``RunConfig.steps_due``),
 evaluates it when due, and saves it durably; the loop writes the round's curves to ``curves.csv`` and its rows
 to ``history.csv`` (fsynced: from here on a kill loses nothing), deletes the other
 rounds' checkpoints, asks the strategy for decisions with the round's generator
@@ -57,6 +58,9 @@ class Trained:
     """The scores taken within the round, ``(steps, score)`` (:meth:`pbx.members.Member.curve`), finite ones."""
     score100: float = float("nan")
     """The running mean of the member's last 100 training episodes (:meth:`pbx.members.Member.recent_score`)."""
+    skipped: bool = False
+    """Whether the member did not train in the round, being already at or past its planned end
+    (:meth:`pbx.config.RunConfig.steps_due`): its score is carried over from the round before, whatever it was."""
 
 
 class RunFailed(Exception):
@@ -111,8 +115,9 @@ class Executor(ABC):
     @abstractmethod
     def train_round(self, round_: int, until: int, test_seed: int | None,
                     advance: Callable[[int], None]) -> list[Trained]:
-        """Train each of this process's members to ``until`` steps in all (the round's planned end), then score,
-        evaluate (with ``test_seed``, when not None) and durably save it.
+        """Train each of this process's members to ``until`` steps in all (the round's planned end; a member
+        already at or past it does not train: :meth:`pbx.config.RunConfig.steps_due`), then score, evaluate
+        (with ``test_seed``, when not None) and durably save it.
 
         ``advance(steps)`` reports progress as members finish. Returns, on the
         coordinator, one entry per member of the whole population in member order
@@ -243,14 +248,18 @@ class RoundLoop:
         """The round's history rows. A member that scored NaN without diverging (no training episode both
         started and ended in the round: a policy whose episodes outlast it) carries the score its state had,
         its parent's in the round before, so that a member too good to finish an episode is not taken for the
-        worst; a member that diverged keeps NaN, the worst."""
+        worst; a member that diverged keeps NaN, the worst. A member that skipped the round holds the very
+        state that score was taken of, and carries it whatever it was (a NaN stays NaN); its row's steps, its
+        parent's of the round before, tell the two kinds of carried row apart (:mod:`pbx.history`)."""
         before = history.round(r - 1).set_index("member")["score"] if r > 0 else None
         rows = []
         roles = self.cfg.roles()
         for t in trained:
             parent, explored = self.lineage[t.member]
             score, carried = t.score, False
-            if math.isnan(score) and not t.diverged and before is not None and math.isfinite(before[parent]):
+            if t.skipped and before is not None:
+                score, carried = float(before[parent]), True
+            elif math.isnan(score) and not t.diverged and before is not None and math.isfinite(before[parent]):
                 score, carried = float(before[parent]), True
             rows.append(Row(member=t.member, round=r, steps=t.steps, wall_s=wall_s, score=score,
                             test_score=t.test_score, parent=parent, explored=explored, config=t.config,

@@ -76,24 +76,32 @@ class LocalExecutor(Executor):
     def _train_one(self, i: int, member: Member, round_: int, until: int, test_seed: int | None,
                    advance: Callable[[int], None]) -> Trained:
         self.current, before = i, member.steps
+        # The steps to the round's planned end in whole rollouts, at least one; none for a member already at or
+        # past it (a rollout longer than t_ready, or a donor's steps), which skips the round (RunConfig.steps_due).
+        steps = self.cfg.steps_due(member.steps, until, member.config)
+        skipped = steps == 0
         try:
-            # The steps left to the round's planned end: the round's planned steps, unless the member's rollout
-            # length changed (a member ahead of the plan still trains, and PPO trains one rollout at least).
-            score, note, diverged = finite_or_nan(member.train(max(until - member.steps, 1))), "", False
-            curve = tuple((int(steps), float(value)) for steps, value in member.curve() if math.isfinite(value))
+            if skipped:
+                # Its state is the one scored in the round before: the loop carries that score (RoundLoop._rows).
+                score, note, diverged, curve = float("nan"), _skip_note(member.steps, until), False, ()
+            else:
+                score, note, diverged = finite_or_nan(member.train(steps)), "", False
+                curve = tuple((int(at), float(value)) for at, value in member.curve() if math.isfinite(value))
+                if math.isnan(score):
+                    note = member.score_note()
             score100 = finite_or_nan(member.recent_score())
-            if math.isnan(score):
-                note = member.score_note()
         except Diverged as err:
             # The member put its last good learner state back; a NaN score gets it replaced by a donor.
             score, note, curve, diverged = float("nan"), f"diverged ({err})", (), True
             score100 = float("nan")
         advance(member.steps - before)
+        # A member that skipped is tested and saved as every member is: the round's test compares them all on the
+        # same levels, and the round's checkpoints are what exploits copy and a resume starts from.
         due = test_seed is not None and i in self.tested
         test_score = finite_or_nan(member.evaluate(test_seed)) if due else float("nan")
         member.save(self.run_dir.checkpoint(i, round_))
         return Trained(member=i, steps=member.steps, score=score, test_score=test_score, config=member.config,
-                       note=note, diverged=diverged, curve=curve, score100=score100)
+                       note=note, diverged=diverged, curve=curve, score100=score100, skipped=skipped)
 
     def apply(self, decisions: Sequence[Decision], round_: int) -> None:
         self.apply_from(decisions, lambda donor: self.run_dir.checkpoint(donor, round_))
@@ -114,6 +122,11 @@ class LocalExecutor(Executor):
     def close(self) -> None:
         for member in self.members.values():
             member.close()
+
+
+def _skip_note(steps: int, until: int) -> str:
+    """Why a member did not train in a round, for the round line: it was at or past the round's planned end."""
+    return f"skipped the round: at {steps:,} steps, at or past its planned end ({until:,})"
 
 
 class SyncRunner(RoundLoop):

@@ -15,9 +15,10 @@ the population into sub-populations P1, P2, ... and evaluators:
 - An evaluator whose curve beats the child's (a best-score difference above
   zero and a one-sided binomial test of its points against the child's below
   ``p_value``) hands its weights to the child, which keeps its config. An
-  evaluator that cannot show this within ``max_eval_rounds`` (the threshold is
-  relaxed before that), or whose child or parent is replaced, stops, and takes
-  the P2 member that has waited longest for an evaluation.
+  evaluator that has not shown this after ``max_eval_rounds`` rounds (before
+  that, one whose test falls behind a relaxed threshold), or whose child or parent
+  is replaced, stops, and takes the P2 member that has waited longest for an
+  evaluation.
 
 Facts from the method and from PBT-Zoo's ``algo/firepbt.py`` (Chebykin et al.,
 TMLR 2025); defaults are PBT-Zoo's, which its toy and RL configs share: two
@@ -29,7 +30,10 @@ ended), so an evaluation of 3 rounds compares tens of points, not 3. Where
 pbx departs: a round whose member reported no points within it (a member type that
 takes none; a run kept before curves were) adds its round score as one point;
 curves are smoothed by a Gaussian kernel over ``smoothing`` points (0, the
-default, compares them raw, as PBT-Zoo's near-interpolating GP does); curves that never meet compare as
+default, compares them raw, as PBT-Zoo's near-interpolating GP does); ``max_eval_rounds`` is a limit:
+an evaluation whose test passes while its best score is not above the child's stops there, where PBT-Zoo's
+goes on for as long as the test passes (which a curve point for point above a child with one higher spike
+does for good, holding its evaluator and its P2 member); curves that never meet compare as
 PBT-Zoo's do, the higher one shifted down onto the other (:meth:`FIRE._shifted_diff`); NaN scores
 are left out of curves; a member of P2 (P3, ...) whose own score is NaN has no fitness, is
 replaced and is not evaluated (the NaN policy of every strategy, :mod:`pbx.strategies.selection`); a member
@@ -71,11 +75,12 @@ class FIRESettings(PBTSettings):
     """Evaluator members, at least 2 and at most the members of P2, P3, ... None: 6/22 of the population
     (PBT-Zoo's 6 of 22), at least 2."""
     max_eval_rounds: int = 3
-    """Rounds after which an evaluator that has not shown its parent's weights better must (PBT-Zoo's
-    ``max_eval_steps``: 3 intervals); before that the test's threshold is relaxed in proportion."""
+    """The most rounds an evaluation trains (PBT-Zoo's ``max_eval_steps``: 3 intervals): an evaluator that has
+    not won after this many stops, whatever its test says. Before that it stops early when its test's p-value
+    is above ``p_value`` plus a threshold relaxed in proportion to the rounds left."""
     p_value: float = 0.01
     """An evaluator wins when the binomial test of its curve against the child's is below this (PBT-Zoo's
-    ``p_stat``), and stops after ``max_eval_rounds`` when it is above."""
+    ``p_stat``) and its best score is above the child's."""
     smoothing: float = 0.0
     """Width, in curve points, of the Gaussian kernel curves are smoothed with before they are matched by score
     (0: raw scores)."""
@@ -197,9 +202,12 @@ class FIRE(PBT):
                 wins[ev.child] = (diff, e)
                 ended[e] = Ended("FIRE: won", info)
                 continue
+            # Before max_eval_rounds a curve that meets the child's stops once its test falls behind a threshold
+            # relaxed in proportion to the rounds left; at max_eval_rounds every evaluation without a win stops,
+            # PBT-Zoo's test-passed-but-score-not-above case too (there it goes on for as long as the test passes).
             relaxed = self.settings.p_value + max(0.0, 1 - rounds / self.settings.max_eval_rounds)
             apart = _overlap(self._smooth(mine), self._smooth(theirs)) is None
-            if (apart and rounds >= self.settings.max_eval_rounds) or (not apart and p > relaxed):
+            if rounds >= self.settings.max_eval_rounds or (not apart and p > relaxed):
                 ended[e] = Ended("FIRE: stop, not better", info)
         latest = history.latest().set_index("member")
         copies = {child: Decision(child, e, history.config_of(latest.loc[e]),

@@ -50,8 +50,8 @@ def intervals(history: History, space: Space, window: int) -> Intervals:
     Row ``(m, r)``, ``r >= 1``, ran with its own config from the end-of-round state
     of ``(parent, r - 1)``, so that row gives the start time and score.
     """
-    # A carried score (no episode ended in the round, pbx.history) says nothing of the round's improvement: no
-    # rate starts or ends at one.
+    # A carried score (no episode ended in the round, or the member skipped it: pbx.history) says nothing of the
+    # round's improvement: no rate starts or ends at one (a skipped round, no steps, would divide by zero).
     frame = history.frame.assign(score=history.frame["score"].where(~history.frame["carried"]))
     start = frame[["member", "round", "steps", "score"]].rename(
         columns={"member": "parent", "steps": "t", "score": "before"})
