@@ -197,7 +197,8 @@ def _version(name: str) -> str:
     """The version of the library imported as ``name``: its ``__version__``, else its distribution's."""
     version = getattr(importlib.import_module(name), "__version__", None)
     if isinstance(version, str):
-        return str(version)  # torch's is a str subclass, which YAML's safe writer refuses
+        # torch's is a str subclass, which YAML's safe writer refuses; procgen's ends in the newline of its file
+        return str(version).strip()
     dists = importlib.metadata.packages_distributions().get(name, [])
     return importlib.metadata.version(dists[0]) if dists else "unknown"
 

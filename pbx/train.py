@@ -32,7 +32,7 @@ from pbx.console import counted
 from pbx.config import RunConfig, RunSettings, load_yaml, parse_override, resolve
 from pbx.errors import ArgumentParser, UsageError, command_parser
 from pbx.fingerprint import (ENV_CODE, ENV_CONTINUED, LIBRARIES, LIBRARIES_CONTINUED, PROVENANCE, continued,
-                             provenance, run_record)
+                             provenance)
 from pbx.history import History, best_rows
 from pbx.run_dir import RunDir
 from pbx.runners.loop import RunFailed
@@ -311,17 +311,21 @@ def _start_line(cfg: RunConfig, run_dir: RunDir, ranks: int = 1, resumed: bool =
 
 def _other_env_or_libraries(record: Mapping[str, Any], env: str) -> list[str]:
     """What a resume says of the env's own code and the library versions where they are not those the run was
-    started with (a record from before either holds no such entry and gets no note)."""
-    now, notes = run_record(env), []
-    if ENV_CODE in record and record[ENV_CODE] != now.get(ENV_CODE):
-        module = env.rpartition(":")[0]
-        notes.append(f"the code of {module} (the env's own, hash {now.get(ENV_CODE)}) is not the code this run was "
-                     f"started with ({record[ENV_CODE]}); it runs the rounds from here on (config.yaml lists it "
-                     f"under pbx.{ENV_CONTINUED}: the run pools only with runs of the same env codes)")
+    started with (a record from before either holds no such entry and gets no note). ``record`` is the resumed
+    run's, with what runs now last in its ``*_continued`` lists (:func:`pbx.fingerprint.continued`)."""
+    notes = []
+    if ENV_CODE in record:
+        start, now = record[ENV_CODE], [record[ENV_CODE], *record.get(ENV_CONTINUED, [])][-1]
+        if now != start:
+            module = env.rpartition(":")[0]
+            notes.append(f"the code of {module} (the env's own, hash {now}) is not the code this run was started "
+                         f"with ({start}); it runs the rounds from here on (config.yaml lists it under "
+                         f"pbx.{ENV_CONTINUED}: the run pools only with runs of the same env codes)")
     started = record.get(LIBRARIES)
     if isinstance(started, Mapping):
+        now = [started, *record.get(LIBRARIES_CONTINUED, [])][-1]
         changed = [f"{name} {started.get(name, 'unrecorded')} -> {version}"
-                   for name, version in now[LIBRARIES].items() if started.get(name) != version]
+                   for name, version in now.items() if started.get(name) != version]
         if changed:
             notes.append(f"this run was started with other library versions ({', '.join(changed)}); the rounds "
                          f"from here on run these (config.yaml lists them under pbx.{LIBRARIES_CONTINUED}, and "
