@@ -51,3 +51,18 @@ def test_a_side_ahead_at_every_seed_wins_every_comparison(tmp_path) -> None:
     _runs(tmp_path / "ahead", 0.5)
     out = _compare(tmp_path / "ahead")
     assert out.count("| 1 [1, 1] |") == 3
+
+
+def test_the_study_trains_both_sides_on_the_device_it_names() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks" / "peers"))
+    try:
+        import procgen_study
+    finally:
+        sys.path.pop(0)
+    folder = Path("/runs/bigfish/x")
+    for device in ("cpu", "cuda"):
+        pbx = procgen_study.command(procgen_study.Job("pbx", "bigfish", 1), folder, 4 * ROUND, "py", device)
+        cleanrl = procgen_study.command(procgen_study.Job("cleanrl", "bigfish", 1), folder, 4 * ROUND, "py", device)
+        assert pbx[pbx.index("--device") + 1] == device
+        assert ("--no-cuda" in cleanrl) == (device == "cpu")
+        assert ("--no-torch-deterministic" in cleanrl) == (device == "cuda")

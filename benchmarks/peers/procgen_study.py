@@ -13,6 +13,8 @@ training episodes: pbx's history at each round's end (``score100``, rounds of
 On 2 cores a run takes hours (one core each, about 36 env steps per second for
 CleanRL on bigfish), so a study spans sessions: ``run`` starts the runs not yet
 finished, ``--jobs`` at a time, each pinned to a core of its own and niced;
+with ``--device cuda`` all of them share the machine's GPU (both sides with
+cuDNN's nondeterministic kernels, pbx's default: CleanRL's ``--no-torch-deterministic``);
 stopped, it leaves each run resumable (pbx's ``--resume``; the CleanRL copy's
 checkpoint), and run again it carries on. A finished run's small files
 (pbx: ``config.yaml`` and ``history.csv``; CleanRL: ``curve.csv`` and the
@@ -61,17 +63,17 @@ def jobs(games: list[str], seeds: list[int]) -> list[Job]:
     return [Job(side, game, seed) for seed in seeds for game in games for side in ("pbx", "cleanrl")]
 
 
-def command(job: Job, folder: Path, steps: int, cleanrl_python: str) -> list[str]:
-    """The command that starts ``job`` in ``folder``, or continues it there."""
+def command(job: Job, folder: Path, steps: int, cleanrl_python: str, device: str = "cpu") -> list[str]:
+    """The command that starts ``job`` in ``folder`` on ``device`` (cpu or cuda), or continues it there."""
     if job.side == "pbx":
         if (folder / "config.yaml").exists():
             return [sys.executable, "-m", "pbx.train", "--resume", str(folder)]
         return [sys.executable, "-m", "pbx.train", "--env", job.game, "--search", "none", "--batchsize", "1",
-                "--seed", str(job.seed), "--t_ready", str(ROUND), "--max_budget", str(steps), "--device", "cpu",
+                "--seed", str(job.seed), "--t_ready", str(ROUND), "--max_budget", str(steps), "--device", device,
                 "-m", "eval_episodes=0", "normalize_gamma=0.999", "--run-dir", str(folder)]
     return [cleanrl_python, str(CLEANRL), "--env-id", job.game, "--num-levels", "200", "--seed", str(job.seed),
-            "--total-timesteps", str(steps), "--no-cuda", "--curve", str(folder / "curve.csv"),
-            "--checkpoint", str(folder / "checkpoint.pt")]
+            "--total-timesteps", str(steps), *(["--no-cuda"] if device == "cpu" else ["--no-torch-deterministic"]),
+            "--curve", str(folder / "curve.csv"), "--checkpoint", str(folder / "checkpoint.pt")]
 
 
 def steps_done(job: Job, folder: Path) -> int:
@@ -106,6 +108,8 @@ def main() -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     p.add_argument("--steps", type=int, default=16 * ROUND, help="env steps per run (default 1,048,576)")
     p.add_argument("--jobs", type=int, default=2, help="runs at once, one core each")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where both sides train (cuda: all runs share the one GPU)")
     args = p.parse_args()
     if args.steps % ROUND:
         p.error(f"--steps must be a multiple of {ROUND:,} (a pbx round), got {args.steps:,}")
@@ -123,7 +127,7 @@ def main() -> None:
                 folder = args.dir / job.name
                 # pbx makes its own run folder; CleanRL's copy writes its curve and checkpoint into one
                 (folder if job.side == "cleanrl" else folder.parent).mkdir(parents=True, exist_ok=True)
-                cmd = command(job, folder, args.steps, args.cleanrl_python)
+                cmd = command(job, folder, args.steps, args.cleanrl_python, args.device)
                 log = open(args.dir / f"{job.name}.log", "a")
                 core = str(cores[slot % len(cores)])
                 proc = subprocess.Popen(["nice", "-n", "19", "taskset", "-c", core, *cmd], cwd=ROOT, env=env,
