@@ -115,6 +115,13 @@ def compare(runs: dict[str, dict[str, dict[int, pd.Series]]], out: Path | None) 
             ref = [r[k] for r in TRAIN_PROCGEN.get(game, []) if k < len(r)]
             rows.append([game, f"{step:,}", *(mean_sd(raw[side]) for side in SIDES),
                          mean_sd(np.array(ref)) if ref else "n/a"])
+        # each run's mean over all matched steps: one round's noise (large on bigfish) averages out
+        area = {side: np.array([c.reindex(steps).mean() for _, c in sorted(runs[game][side].items())][:n[side]])
+                for side in SIDES}
+        ks = (steps // ROUND).astype(int) - 1
+        ref = [np.mean([r[k] for k in ks]) for r in TRAIN_PROCGEN.get(game, []) if ks[-1] < len(r)]
+        rows.append([game, "area (mean over the steps)", *(mean_sd(area[side]) for side in SIDES),
+                     mean_sd(np.array(ref)) if ref else "n/a"])
     lines += [markdown_table(["game", "env steps", "pbx (mean ± sd)", "CleanRL (mean ± sd)",
                               "train-procgen runs 0-2"], rows), ""]
     iqm = AGGREGATES["IQM"]
