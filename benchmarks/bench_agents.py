@@ -38,11 +38,11 @@ from stable_baselines3.common.noise import NormalActionNoise  # noqa: E402
 
 from pbx.members.a2c import A2CMember, A2CSettings  # noqa: E402
 from pbx.members.base import MemberContext  # noqa: E402
-from pbx.members.dqn import DQNMember, DQNSettings  # noqa: E402
-from pbx.members.replay_store import FIELDS, put_rows  # noqa: E402
-from pbx.members.sac import SACMember, SACSettings  # noqa: E402
-from pbx.members.sb3 import SB3Member  # noqa: E402
-from pbx.members.td3 import TD3Member, TD3Settings  # noqa: E402
+from pbx.members.offpolicy.dqn import DQNMember, DQNSettings  # noqa: E402
+from pbx.members.offpolicy.replay_store import FIELDS, put_rows  # noqa: E402
+from pbx.members.offpolicy.sac import SACMember, SACSettings  # noqa: E402
+from pbx.members.offpolicy.td3 import TD3Member, TD3Settings  # noqa: E402
+from pbx.members.sb3.member import SB3Member  # noqa: E402
 
 OFF = {"buffer_size": 100_000, "learning_starts": 100, "batch_size": 256}
 NET = {"policy_kwargs": {"net_arch": [64, 64]}}

@@ -31,7 +31,7 @@ from stable_baselines3 import PPO  # noqa: E402
 from stable_baselines3.common.vec_env import VecNormalize  # noqa: E402
 
 from pbx.members.base import MemberContext  # noqa: E402
-from pbx.members.ppo import PPOMember, PPOSettings  # noqa: E402
+from pbx.members.ppo.ppo import PPOMember, PPOSettings  # noqa: E402
 
 ENV = "BipedalWalker-v3"
 SETTINGS = PPOSettings(n_envs=4, n_steps=1024, batch_size=128, n_epochs=10, gamma=0.99, net_arch=[32, 32],

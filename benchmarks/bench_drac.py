@@ -39,14 +39,14 @@ import numpy as np
 import torch
 
 # pbx first: it silences the banner that importing procgen / SB3 would print (see pbx.envs).
-from pbx.members.drac import DrACMember, DrACSettings, DrACPPO  # isort: skip
+from pbx.members.ppo.drac import DrACMember, DrACSettings, DrACPPO  # isort: skip
 from stable_baselines3 import PPO
 from stable_baselines3.common.utils import FloatSchedule
 
-from pbx.members.augment import AUGMENTATIONS
 from pbx.members.base import MemberContext
-from pbx.members.ppo import PPOMember
-from pbx.members.ppo_settings import PPOSettings
+from pbx.members.ppo.augment import AUGMENTATIONS
+from pbx.members.ppo.ppo import PPOMember
+from pbx.members.ppo.settings import PPOSettings
 
 GAME = "bigfish"
 # 4 envs x 64 steps = 256 samples in 4 minibatches of 64, one epoch: about a second per update on 2 idle cores.

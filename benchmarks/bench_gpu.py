@@ -87,9 +87,9 @@ from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import VecNormalize
 
 from pbx.members.base import MemberContext
-from pbx.members.impala import ImpalaPolicy
-from pbx.members.ppo import PPOMember, PPOSettings
-from pbx.members.update import VALUE_LOSSES, PPOUpdate
+from pbx.members.ppo.impala import ImpalaPolicy
+from pbx.members.ppo.ppo import PPOMember, PPOSettings
+from pbx.members.ppo.update import VALUE_LOSSES, PPOUpdate
 
 ROOT = Path(__file__).resolve().parent.parent
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec") if (Path(sys.executable).parent / "mpiexec").exists() \
@@ -386,7 +386,7 @@ def population_rate(ranks: int | None, args: list[str], steps: int, folder: Path
 def launcher(ranks: int | str) -> list[str]:
     """``mpiexec -n ranks``, and for Open MPI what it needs to run pbx as pbx expects: no binding (Open MPI
     binds each of one or two ranks to a single core by default, while pbx shares a machine's cores among its
-    ranks itself, see :func:`pbx.members.process.thread_budget`), and as root (the GPU machines run as root)
+    ranks itself, see :func:`pbx.members.sb3.process.thread_budget`), and as root (the GPU machines run as root)
     the flag without which it refuses to start."""
     command = [MPIEXEC, "-n", str(ranks)]
     if _open_mpi():

@@ -5,9 +5,10 @@
     each), and the parallel efficiency T1 / (N * TN) (target >= 0.85 at N = 2 on
     2 cores). Times are the runs' own ``wall_s`` (training rounds, without the
     processes' start), alternating sync and MPI runs; the median over repeats.
-(b) The time to move one IMPALA-CNN PPO checkpoint (bigfish, the paper's 64 envs,
-    so the file also holds 64 observations) from rank 0 to rank 1, ``p2p`` and
-    ``collective``, in MB/s; the median of repeated transfers.
+(b) The time to copy one IMPALA-CNN PPO checkpoint (bigfish, the paper's 64 envs,
+    so the file also holds 64 observations) from a donor on rank 0 into a recipient
+    on rank 1 (the exploit: read, send, load), ``p2p`` and ``collective``, in MB/s;
+    the median of repeated copies.
 (c) With ``--gpu``: population throughput of PPO with the IMPALA CNN and the
     paper's settings (64 envs x 256 steps) on one GPU, 4 members, with 1, 2 and 4
     ranks sharing it (``--gpu-env``: bigfish, or any image env).
@@ -76,7 +77,7 @@ def transfer(folder: Path) -> None:
         cfg = resolve([{"run": {"env": "bigfish", "search": "PBT", "pop_size": 2, "device": "cpu", "comm": mode},
                         "member": {"eval_episodes": 0}}])
         executor = MPIExecutor(cfg, RunDir(folder), comm)
-        executor.build([cfg.space.initial()] * 2)
+        executor.build(dict(enumerate([cfg.space.initial()] * 2)))
         for i, member in executor.local.members.items():
             member.save(executor.run_dir.checkpoint(i, 0))
         comm.barrier()
@@ -85,7 +86,7 @@ def transfer(folder: Path) -> None:
         for _ in range(TRANSFERS):
             comm.barrier()
             start = time.perf_counter()
-            executor._move_checkpoints(decisions, 0)
+            executor.apply(decisions, 0)  # read, send, and load into the recipient on rank 1
             comm.barrier()
             seconds.append(time.perf_counter() - start)
         if comm.Get_rank() == 0:

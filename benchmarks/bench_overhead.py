@@ -48,9 +48,9 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from pbx.config import resolve
 from pbx.members.base import MemberContext
-from pbx.members.impala import ImpalaPolicy
-from pbx.members.ppo import PPOMember, PPOSettings
-from pbx.members.sb3 import SB3Member
+from pbx.members.ppo.impala import ImpalaPolicy
+from pbx.members.ppo.ppo import PPOMember, PPOSettings
+from pbx.members.sb3.member import SB3Member
 from pbx.run_dir import RunDir
 from pbx.runners.sync import SyncRunner
 

@@ -21,8 +21,6 @@ replaces the inline space of a resolved config.
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -32,7 +30,9 @@ import yaml
 from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.fingerprint import PROVENANCE, run_record
-from pbx.yaml_files import read_yaml
+from pbx.settings import RunSettings, build, field_names, parse_override
+from pbx.history import RESULT_ROLE
+from pbx.plan import Plan
 from pbx.members import Member, MemberSettings, member_class, space_file
 from pbx.space import Config, Space
 from pbx.strategies import (ExploitExplore, ExploitRules, RunContext, Selection, Strategy, StrategySettings,
@@ -42,84 +42,6 @@ from pbx.strategies.categorical import BANDITS, CAT_EXPS, canonical_cat_exp
 SEARCH_SPACES = Path(__file__).resolve().parent / "search_spaces"
 """The shipped search spaces: package data, so a non-editable install finds them too."""
 SECTIONS = ("run", "strategy", "member")
-
-
-RUNNERS = ("auto", "sync", "mpi")
-COMM_MODES = ("p2p", "collective")
-
-
-@dataclass
-class RunSettings:
-    """Settings every run has (the ``run`` section)."""
-
-    env: str = "bigfish"
-    """``toy``, ``toy-cat`` (the toy with a categorical optimiser), ``toy-deceptive``, a ProcGen game
-    (``bigfish``) or a gymnasium id (``CartPole-v1``)."""
-    algo: str = "ppo"
-    """The Stable-Baselines3 agent a member trains: ``ppo``, ``a2c``, ``sac``, ``td3`` or ``dqn``
-    (:data:`pbx.members.ALGOS`); toys and registered members train their own."""
-    search: str = "PBT"
-    """Strategy: ``none``, ``random``, ``PBT``, ``PB2`` or ``FIRE`` (``replay``: a stored schedule,
-    :mod:`pbx.replay`)."""
-    selection: str = "truncation"
-    """Exploit rule: ``truncation`` (bottom quantile copies top quantile), ``wta`` (all copy the best) or
-    ``sigma`` (members below mean - k std copy members above mean + k std)."""
-    quantile: float = 0.25
-    """Fraction of the population in the top and in the bottom group for truncation selection."""
-    sigma_k: float = 1.0
-    """``sigma`` selection: leaders score above mean + k std of the population, underperformers below mean - k std."""
-    burn_in: int = 0
-    """Env steps every member trains before the first exploit (0: exploit from the first round on)."""
-    margin_rel: float = 0.0
-    """A donor must beat the recipient by more than this fraction of the recipient's absolute score."""
-    margin_abs: float = 0.0
-    """... and by more than this many score units (0 and 0: any better donor)."""
-    tied: str = "keep"
-    """A recipient whose donor has exactly its score: ``keep`` going unchanged, or ``explore`` its own config."""
-    pop_size: int = 4
-    """Number of members (``--batchsize`` in the PB2 code)."""
-    t_ready: int | None = None
-    """Env steps each member trains between two exploit/explore steps (None: the member's default)."""
-    max_budget: int | None = None
-    """Env steps each member trains in total (None: the member's default)."""
-    seed: int = 0
-    """Seeds the strategy's decisions and, derived per member, every member's learner."""
-    space: str | None = None
-    """Search-space YAML: a path, or a file name under ``search_spaces/`` (None: the member's default)."""
-    device: str = "auto"
-    """``auto`` (a GPU when there is one), ``cpu`` or ``cuda``."""
-    name: str | None = None
-    """Run name; the folder is ``runs/<name>`` unless ``--run-dir`` says otherwise."""
-    eval_every: int = 1
-    """Evaluate the test score every this many rounds (and always in the last round)."""
-    runner: str = "auto"
-    """``auto`` (MPI when started by an MPI launcher with several ranks, else synchronous), ``sync`` or ``mpi``."""
-    comm: str = "p2p"
-    """How the MPI runner moves a donor's checkpoint: ``p2p`` (send to each rank that needs it) or
-    ``collective`` (one broadcast per donor; suits winner-takes-all)."""
-
-    def __post_init__(self) -> None:
-        self.algo = self.algo.lower()
-        if self.pop_size < 1:
-            raise UsageError(f"pop_size must be at least 1, got {self.pop_size}")
-        if self.t_ready is not None and self.t_ready <= 0:
-            raise UsageError(f"t_ready must be a positive number of steps, got {self.t_ready}")
-        if self.max_budget is not None and self.t_ready is not None and self.max_budget < self.t_ready:
-            raise UsageError(f"max_budget ({self.max_budget}) must be at least t_ready ({self.t_ready})")
-        if self.eval_every < 1:
-            raise UsageError(f"eval_every must be a positive number of rounds, got {self.eval_every}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise UsageError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.runner not in RUNNERS:
-            raise UsageError(f"runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}")
-        if self.comm not in COMM_MODES:
-            raise UsageError(f"comm must be one of {', '.join(COMM_MODES)}, got {self.comm!r}")
-
-    @property
-    def rounds(self) -> int:
-        """Rounds of training; the last one may be shorter when t_ready does not divide max_budget."""
-        assert self.t_ready is not None and self.max_budget is not None  # filled in by resolve()
-        return -(-self.max_budget // self.t_ready)
 
 
 @dataclass
@@ -177,17 +99,47 @@ class RunConfig:
         return self.member_cls.steps_trained(self.member, config, left) if left > 0 else 0
 
     def total_steps(self) -> int:
-        """Steps each member really trains over the run."""
+        """Steps each member really trains over the run (a run that never restarts; :meth:`plan` otherwise)."""
         return sum(self.trained_steps(r) for r in range(self.run.rounds))
+
+    def plan(self, restart_marks: Sequence[bool] = ()) -> Plan:
+        """The rounds' plan with a round for each of ``restart_marks`` (the history's, oldest first): each
+        round's length by the strategy's rule, as the member trains it, and its cost (:mod:`pbx.plan`)."""
+        plan = Plan(self.run.max_budget,
+                    lambda restarts: self.strategy_cls.round_length(self.strategy, self.run.t_ready, restarts),
+                    lambda steps: self.member_cls.round_steps(self.member, steps, self.space))
+        return plan.extend(restart_marks, [self.round_cost(r, m) for r, m in enumerate(restart_marks)])
+
+    @property
+    def init_size(self) -> int:
+        """Members the run starts with (:meth:`pbx.strategies.Strategy.initial_size`)."""
+        return self.strategy_cls.initial_size(self.strategy, self.run.pop_size)
+
+    @property
+    def most_members(self) -> int:
+        """The most members any round trains: ids ``0 .. most_members - 1`` (a larger first or restart round)."""
+        return max(self.init_size, self.round_size(1, True), self.run.pop_size)
+
+    def round_size(self, round_: int, restart: bool) -> int:
+        """Members round ``round_`` trains (the history's rows of it): :attr:`init_size` in round 0, the
+        strategy's :meth:`~pbx.strategies.Strategy.restart_size` in a restart round, else ``pop_size``."""
+        return round_sizes(self.strategy_cls, self.strategy, self.run.pop_size)(round_, restart)
+
+    def round_cost(self, round_: int, restart: bool) -> float:
+        """What round ``round_`` takes of the budget per member of the population (:mod:`pbx.plan`)."""
+        return self.round_size(round_, restart) / self.run.pop_size
 
     def build_strategy(self) -> Strategy:
         """The run's strategy, told the run's planned length, population and roles (EXP3's rates, FIRE)."""
         return self.strategy_cls(self.strategy, selection(self.run),
-                                 RunContext(rounds=self.run.rounds, pop_size=self.run.pop_size, roles=self.roles()))
+                                 RunContext(rounds=self.run.rounds, pop_size=self.run.pop_size, roles=self.roles(),
+                                            t_ready=self.run.t_ready or 0, plan=self.plan))
 
     def roles(self) -> tuple[str, ...]:
-        """Each member's role, as the history records it (:meth:`pbx.strategies.Strategy.roles`)."""
-        return self.strategy_cls.roles(self.strategy, self.run.pop_size)
+        """Each member's role, as the history records it (:meth:`pbx.strategies.Strategy.roles`); a first
+        population larger than the kept one (:attr:`init_size`) makes its extra members results too."""
+        roles = self.strategy_cls.roles(self.strategy, self.run.pop_size)
+        return roles + (RESULT_ROLE,) * (self.most_members - len(roles))
 
     def to_dict(self) -> dict[str, Any]:
         run = dataclasses.asdict(self.run)
@@ -250,7 +202,7 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), 
         member_input[key.removeprefix("member.")] = (value, False)
         named_space |= key in ("space", "run.space")
 
-    run_fields = _field_names(RunSettings)
+    run_fields = field_names(RunSettings)
     run_raw = {**merged["run"], **{k: v for k, v in flat.items() if k in run_fields}}
     env = str(run_raw.get("env", RunSettings.env))
     algo = run_raw["algo"] = str(run_raw.get("algo", RunSettings.algo)).lower()
@@ -266,7 +218,7 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), 
     space_source, space = _load_space(flat.get("run.space", run_raw.get("space")),
                                       lambda: space_file(env, bandit, algo), None if named_space else space_spec)
     member_cls = member_class(env, [*space.names, *member_input], algo)
-    run_raw = {**member_cls.run_defaults(env), **run_raw}
+    run_raw = {**member_cls.run_defaults(env), **strat_cls.run_defaults(), **run_raw}
 
     sections = {"run": RunSettings, "strategy": strat_cls.settings_cls, "member": member_cls.settings_cls}
     raw = {"run": run_raw, "strategy": dict(merged["strategy"]),
@@ -275,11 +227,11 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), 
         section, name = _route(key, sections, search, env)
         raw[section][name] = canonical_search(value) if (section, name) == ("run", "search") else value
     for section, cls in sections.items():
-        unknown = set(raw[section]) - _field_names(cls)
+        unknown = set(raw[section]) - field_names(cls)
         if section == "strategy" and unknown & {"cat_exp", "fixed_cat_val"}:
             raise UsageError(f"--cat_exp and --fixed_cat_val are settings of --search PBT and PB2, not {search}")
         if unknown:
-            raise UsageError(f"unknown {section} setting(s) {sorted(unknown)}; valid: {sorted(_field_names(cls))}")
+            raise UsageError(f"unknown {section} setting(s) {sorted(unknown)}; valid: {sorted(field_names(cls))}")
 
     run = build(RunSettings, raw["run"])
     if run.t_ready is None or run.max_budget is None:
@@ -288,6 +240,9 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), 
         raise UsageError(f"--search {search} needs a population of at least 2, got pop_size={run.pop_size}")
     strategy = build(strat_cls.settings_cls, raw["strategy"])
     member = build(member_cls.settings_cls, raw["member"])
+    if strat_cls.resets_weights and not member_cls.resets_weights:
+        raise UsageError(f"--search {search} restarts members from fresh or shrunk weights, which --env {env}'s "
+                         f"member ({member_cls.__name__}) cannot make (Member.reset_weights)")
     selection(run)
     strat_cls.roles(strategy, run.pop_size)
 
@@ -299,43 +254,44 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), 
     return RunConfig(run, strategy, member, space, space_source, member_cls, strat_cls, run_record(run.env))
 
 
+def round_sizes(strategy_cls: type[Strategy], settings: StrategySettings, pop_size: int) -> Callable[[int, bool], int]:
+    """Members each round trains, by round and restart mark (:meth:`RunConfig.round_size`)."""
+    first = strategy_cls.initial_size(settings, pop_size)
+    again = strategy_cls.restart_size(settings, pop_size)
+    return lambda round_, restart: first if round_ == 0 else again if restart else pop_size
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """What a run's stored ``config.yaml`` says of its rounds, read without building its member (reports,
+    sweeps): how many members each round trains, and the plan of the rounds its history holds."""
+
+    run: RunSettings
+    strategy_cls: type[Strategy]
+    strategy: StrategySettings
+
+    @classmethod
+    def read(cls, config: Mapping[str, Any]) -> StoredRun:
+        run = build(RunSettings, config.get("run") or {})
+        strategy_cls = strategy_class(run.search)
+        return cls(run, strategy_cls, build(strategy_cls.settings_cls, config.get("strategy") or {}))
+
+    def sizes(self) -> Callable[[int, bool], int]:
+        return round_sizes(self.strategy_cls, self.strategy, self.run.pop_size)
+
+    def plan(self, restart_marks: Sequence[bool]) -> Plan:
+        """The nominal plan of rounds with ``restart_marks`` (steps as asked, not as a member rounds them)."""
+        assert self.run.t_ready is not None and self.run.max_budget is not None  # a run's config has them
+        t_ready, sizes = self.run.t_ready, self.sizes()
+        plan = Plan(self.run.max_budget, lambda k: self.strategy_cls.round_length(self.strategy, t_ready, k),
+                    lambda steps: steps)
+        return plan.extend(restart_marks, [sizes(r, m) / self.run.pop_size for r, m in enumerate(restart_marks)])
+
+
 def selection(run: RunSettings) -> Selection:
     """The run's exploit rule with its guards (burn-in, replace margin, ties)."""
     return make_selection(run.selection, run.quantile, run.sigma_k,
                           ExploitRules(run.burn_in, run.margin_rel, run.margin_abs, run.tied))
-
-
-def parse_override(item: str) -> tuple[str, Any]:
-    """``key=value`` of a ``-m`` item, the value read as YAML (``1e-4``, ``true``, ``null``)."""
-    key, sep, value = item.partition("=")
-    if not sep or not key.strip():
-        raise UsageError(f"-m takes key=value items, got {item!r} (e.g. -m n_envs=16; "
-                         f"the reference code's -mb, -tr, -b, -s, -sd are --max_budget, --t_ready, --batchsize, "
-                         f"--search, --seed here)")
-    return key.strip(), yaml.safe_load(value) if value.strip() else ""
-
-
-def build(cls: type, raw: Mapping[str, Any]) -> Any:
-    """Instantiate a settings dataclass from raw (YAML or string) values, coercing to the field types."""
-    hints = typing.get_type_hints(cls)
-    values = {name: _coerce(name, value, hints[name]) for name, value in raw.items()}
-    try:
-        return cls(**values)
-    except TypeError as err:
-        raise UsageError(str(err)) from None
-
-
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    data = read_yaml(path, "config file")
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
-    return data
-
-
-def _field_names(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)}
 
 
 def _refuse_searched(given: Mapping[str, tuple[Any, bool]], settings_cls: type, space: Space,
@@ -360,48 +316,14 @@ def _route(key: str, sections: Mapping[str, type], search: str, env: str) -> tup
         if section not in sections:
             raise UsageError(f"unknown config section {section!r} in {key!r}; use one of {list(sections)}")
         return section, name
-    matches = [s for s, cls in sections.items() if key in _field_names(cls)]
+    matches = [s for s, cls in sections.items() if key in field_names(cls)]
     if not matches:
-        valid = sorted(set().union(*(_field_names(c) for c in sections.values())))
+        valid = sorted(set().union(*(field_names(c) for c in sections.values())))
         raise UsageError(f"unknown key {key!r} for --search {search} --env {env}; valid keys: {', '.join(valid)}")
     if len(matches) > 1:
         raise UsageError(f"{key!r} is a setting of the {' and the '.join(matches)} sections; "
                          f"say which: {', '.join(f'{s}.{key}' for s in matches)}")
     return matches[0], key
-
-
-def _coerce(name: str, value: Any, hint: Any) -> Any:
-    """Convert ``value`` to the type ``hint`` (int, float, str, bool or Optional of one)."""
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
-            if type(None) in args:
-                return None
-        hint = next(a for a in args if a is not type(None))
-    try:
-        if hint is bool:
-            if isinstance(value, bool):
-                return value
-            if str(value).lower() in ("true", "1", "yes"):
-                return True
-            if str(value).lower() in ("false", "0", "no"):
-                return False
-            raise ValueError
-        if hint is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
-        if hint is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        if hint is str:
-            if isinstance(value, (dict, list)):
-                raise ValueError
-            return str(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{name} must be {getattr(hint, '__name__', hint)}, got {value!r}") from None
-    return value
 
 
 def _load_space(named: Any, default: Callable[[], str], spec: Any) -> tuple[str, Space]:

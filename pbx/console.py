@@ -47,7 +47,9 @@ def round_line(round_: int, rounds: int, rows: pd.DataFrame, decisions: Sequence
         parts.append(f"test {format_score(float(best['test_score']))}")
     for member, note in sorted((notes or {}).items()):
         parts.append(f"m{member} no score: {note}")
-    copies = [f"m{d.member}<-m{d.donor} {', '.join(d.ops)}".rstrip() for d in decisions if d.copies or d.explored]
+    if any(d.restart for d in decisions):
+        parts.append("restart: a new generation")
+    copies = [f"m{d.member}<-m{d.donor} {', '.join(d.ops)}".rstrip() for d in decisions if d.changes]
     if copies:
         parts.append("; ".join(copies))
     elif decisions and not scores.notna().any():

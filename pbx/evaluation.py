@@ -4,7 +4,7 @@ The checkpoint is a member's file of the run's last finished round; ``best`` is
 that round's best member on *train* score (:func:`pbx.history.best_rows`: the
 test set never selects). The member is rebuilt from the run's ``config.yaml``
 and loads the file as a donor's (``own=False``: the policy, not the training
-envs), then plays through its own :meth:`~pbx.members.ppo.PPOMember.play`, the
+envs), then plays through its own :meth:`~pbx.members.ppo.ppo.PPOMember.play`, the
 code behind its test score each round: on the test levels (ProcGen's
 unrestricted distribution, ``num_levels=0``) or on the run's training levels,
 with one env per episode. Both policies, the sampled one and the most likely

@@ -6,7 +6,7 @@
 Writes ``model.zip``, which the agent's SB3 class loads (``SAC.load``), and, for a member that
 normalises observations or rewards, ``vecnormalize.pkl`` beside it (``VecNormalize.load``), into
 ``RUN_DIR/export/m<M>_round<R>/`` unless ``--out`` names a folder. Which checkpoint: as
-:mod:`pbx.evaluate` picks it; what the files hold: :meth:`pbx.members.sb3_checkpoint.Checkpointed.export`.
+:mod:`pbx.evaluate` picks it; what the files hold: :meth:`pbx.members.sb3.checkpoint.Checkpointed.export`.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             member.close()
         config, raw = dict(member.config), not member.settings.normalize_obs
+        algorithm = type(member.model).__name__  # the SB3 class that loads the zip (DrAC's PPO: PPO)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     hyperparameters = ", ".join(f"{k} {shown(v) if isinstance(v, float) else v}" for k, v in config.items())
     print(f"wrote {written[0]}: {name}, member {target.member} after round {target.round + 1} ({target.steps:,} "
           f"steps){f'; {hyperparameters}' if hyperparameters else ''}")
-    load = f'{name}.load("{written[0]}")'
+    load = f'{algorithm}.load("{written[0]}")'
     if len(written) > 1:
         print(f"wrote {written[1]}: " + ("its return statistics (its policy acts on raw observations)" if raw else
                                          "the statistics its policy normalises observations with"))

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import pbx
-from pbx.members.toy import TOY_ENVS
+from pbx.members.toys.toy import TOY_ENVS
 
 PROVENANCE = "pbx"
 """The ``config.yaml`` section that records what trained the run (:func:`run_record`): ``version``, ``commit``,
@@ -51,7 +51,7 @@ SB3_LIBRARIES = ("numpy", "torch", "gymnasium", "stable_baselines3")
 SIMULATORS = {"ProcGen": "procgen", "Box2D": "Box2D", "MuJoCo": "mujoco"}
 """The simulator each task family steps (:class:`pbx.envs.Family` name -> import name)."""
 TOYS = (*TOY_ENVS, "toy-deceptive")
-"""The toys (:mod:`pbx.members.toy`, :mod:`pbx.members.toy_deceptive`): NumPy only."""
+"""The toys (:mod:`pbx.members.toys.toy`, :mod:`pbx.members.toys.deceptive`): NumPy only."""
 
 IRRELEVANT = frozenset({
     "run.seed", "run.name", "run.device", "run.runner", "run.comm",

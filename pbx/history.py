@@ -26,7 +26,15 @@ Row ``(m, r)`` describes member ``m``'s training in round ``r``:
   :meth:`pbx.config.RunConfig.steps_due`). The steps tell the two apart, so the column keeps one meaning
   for every reader (no score of the round's own): a skipped row's ``steps`` are its parent's of the round
   before, while a round that trained always adds steps. A member that diverged scores NaN instead, the
-  worst (see the NaN policy); a skipped one carries its state's score whatever it was, NaN included.
+  worst (see the NaN policy); a skipped one carries its state's score whatever it was, NaN included;
+- ``restart``: whether the round began a new generation of the population (IPBT, BG-PBT: every member's
+  state or config was re-made after round ``r - 1``); a strategy whose round length grows with restarts
+  (IPBT) trains it, and every round after it, at the new length (:mod:`pbx.plan`).
+
+A strategy that starts with a larger population than it keeps (BG-PBT x3, IPBT x2:
+:meth:`pbx.strategies.Strategy.initial_size`) has that many rows in round 0, and one that trains extra
+candidates at a restart (IPBT) that many in each restart round; every other round has ``pop_size``
+(:meth:`pbx.config.RunConfig.round_size`).
 
 The scores each member took *within* a round (its curve) are kept beside the
 history, in ``curves.csv`` (:mod:`pbx.curves`), and travel with it: :attr:`History.curves`.
@@ -46,7 +54,7 @@ import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -57,14 +65,15 @@ from pbx.files import append_csv, write_csv
 from pbx.space import Categorical, Integer, Space, Value
 
 BASE_COLUMNS = ["member", "round", "steps", "wall_s", "score", "test_score", "score100", "parent", "explored", "role",
-                "carried"]
+                "carried", "restart"]
 RESULT_ROLE = "pop1"
 """The role of members whose scores are results: the best member, the report and replays consider these only."""
 EVALUATOR_ROLE = "eval"
 """FIRE's evaluators: they train one sub-population's weights with another's config to compare the two."""
-_ADDED = {"role": ("explored", RESULT_ROLE), "carried": ("role", "False"), "score100": ("test_score", "nan")}
+_ADDED = {"role": ("explored", RESULT_ROLE), "carried": ("role", "False"), "score100": ("test_score", "nan"),
+          "restart": ("carried", "False")}
 """Columns a later pbx added, for reading older files: the column each follows, and the value every row then had
-(every member was a result; no score was carried; no running mean was kept)."""
+(every member was a result; no score was carried; no running mean was kept; no population restarted)."""
 _INT_COLUMNS = ("member", "round", "steps", "parent")
 _FLOAT_COLUMNS = ("wall_s", "score", "test_score", "score100")
 
@@ -87,12 +96,13 @@ class Row:
     curve: tuple[Point, ...] = ()
     """The scores taken within the round (:mod:`pbx.curves`), finite ones only."""
     score100: float = math.nan
+    restart: bool = False
 
     def as_record(self, hp_names: Sequence[str]) -> dict[str, object]:
         record: dict[str, object] = {
             "member": self.member, "round": self.round, "steps": self.steps, "wall_s": self.wall_s,
             "score": self.score, "test_score": self.test_score, "score100": self.score100, "parent": self.parent,
-            "explored": self.explored, "role": self.role, "carried": self.carried,
+            "explored": self.explored, "role": self.role, "carried": self.carried, "restart": self.restart,
         }
         record.update({name: self.config[name] for name in hp_names})
         return record
@@ -141,17 +151,19 @@ class History:
 class HistoryLog:
     """The append-only ``history.csv`` of a run: every round flushed and fsynced as it finishes.
 
-    A round is on disk only when every one of its ``pop_size`` rows is, each ending
+    A round is on disk only when every one of its rows (``sizes(round, restart)`` of them) is, each ending
     in a newline: on reopen a torn last line (a kill inside a write, even inside its
     last field) and a last round with fewer rows than members are dropped, and the
     file is rewritten to hold exactly the rounds kept. The rows' curves go to
     ``curves.csv`` beside it (:class:`pbx.curves.CurveLog`), each round's before its rows.
     """
 
-    def __init__(self, path: Path, space: Space, pop_size: int) -> None:
+    def __init__(self, path: Path, space: Space, pop_size: int,
+                 sizes: Callable[[int, bool], int] | None = None) -> None:
         self.path = Path(path)
         self.space = space
         self.pop_size = pop_size
+        self.sizes = sizes
         self.columns = BASE_COLUMNS + space.names
         frame = None
         if self.path.exists():
@@ -175,7 +187,7 @@ class HistoryLog:
         frame = read_csv(self.path, self.space)
         if list(frame.columns) != self.columns:
             raise UsageError(f"{self.path}: columns {list(frame.columns)} do not match the run's {self.columns}")
-        frame = complete_rounds(frame, self.pop_size, name=str(self.path))
+        frame = complete_rounds(frame, self.pop_size, name=str(self.path), sizes=self.sizes)
         # Rewrite so the file holds exactly the rounds we keep; later appends then follow whole rounds.
         write_csv(self.path, [self.columns] + [_csv_fields(rec, self.columns) for rec in frame.to_dict("records")])
         return frame
@@ -185,26 +197,41 @@ def _points(rows: Sequence[Row]) -> list[tuple[int, int, int, float]]:
     return [(r.member, r.round, steps, score) for r in rows for steps, score in r.curve]
 
 
-def complete_rounds(frame: pd.DataFrame, pop_size: int | None = None, name: str = "history") -> pd.DataFrame:
+def complete_rounds(frame: pd.DataFrame, pop_size: int | None = None, name: str = "history",
+                    sizes: Callable[[int, bool], int] | None = None) -> pd.DataFrame:
     """Drop a last round with fewer rows than members (a run killed, or still writing, mid-round).
 
-    ``pop_size`` is the run's population; without it (a report of a folder whose
-    config says nothing else) the members seen in the file count. An earlier
-    round that is not whole means the file was damaged, not torn: that is an error.
+    ``pop_size`` is the run's population and ``sizes(round, restart)`` the members each round trains
+    (:meth:`pbx.config.RunConfig.round_size`; None: ``pop_size`` in every round). Without ``pop_size`` (a
+    report of a folder whose config says nothing else) the members seen in the file count, round 0 and restart
+    rounds apart. An earlier round that is not whole means the file was damaged, not torn: that is an error.
     """
     if not len(frame):
         return frame.reset_index(drop=True)
-    size = pop_size if pop_size is not None else frame["member"].nunique()
     counts = frame.groupby("round")["member"].nunique()
+    restarts = frame.groupby("round")["restart"].first() if "restart" in frame else counts.astype(bool) & False
+    if sizes is not None:
+        expected = pd.Series([sizes(int(r), bool(restarts[r])) for r in counts.index], index=counts.index)
+    elif pop_size is not None:
+        expected = pd.Series(pop_size, index=counts.index)
+    else:  # no config to say: each kind of round (the first, a restart, any other) holds as many as its largest
+        kinds = pd.Series([f"{int(r) > 0}-{bool(restarts[r])}" for r in counts.index], index=counts.index)
+        expected = counts.groupby(kinds).transform("max")
     last = int(frame["round"].max())
-    if counts[last] < size:
+    if counts[last] < expected[last]:
         frame = frame[frame["round"] < last]
-        counts = counts.drop(last)
-    broken = counts[counts != size]
+        counts, expected = counts.drop(last), expected.drop(last)
+    broken = counts[counts != expected]
     if len(broken) or (len(counts) and list(counts.index) != list(range(len(counts)))):
-        raise UsageError(f"{name}: rounds {list(broken.index) or 'numbering'} do not hold the population of "
-                         f"{size} members once each: the file is damaged (restore it, or start a new run)")
+        raise UsageError(f"{name}: rounds {list(broken.index) or 'numbering'} do not hold their members once each "
+                         f"({pop_size if pop_size is not None else 'the'} population, round 0's and restarts' "
+                         f"candidates): the file is damaged (restore it, or start a new run)")
     return frame.reset_index(drop=True)
+
+
+def restart_marks(frame: pd.DataFrame) -> list[bool]:
+    """Each round's ``restart`` mark, oldest first (the rounds' plan is built on them: :mod:`pbx.plan`)."""
+    return [bool(v) for v in frame.groupby("round", sort=True)["restart"].first()] if len(frame) else []
 
 
 def rank_best_first(scores: np.ndarray) -> np.ndarray:
@@ -290,6 +317,7 @@ def _typed(frame: pd.DataFrame, space: Space | None = None) -> pd.DataFrame:
         frame[col] = frame[col].replace("", "nan").astype(np.float64)
     frame["explored"] = frame["explored"].map(_bool).astype(bool)
     frame["carried"] = frame["carried"].map(_bool).astype(bool)
+    frame["restart"] = frame["restart"].map(_bool).astype(bool)
     frame["role"] = frame["role"].astype(str)
     for col in frame.columns[len(BASE_COLUMNS):]:
         if pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(frame[col]):
@@ -338,7 +366,7 @@ def _bool(value: object) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if value not in ("True", "False"):  # text read from a file: exactly what _format writes
-        raise ValueError(f"explored and carried take True or False, not {value!r}")
+        raise ValueError(f"explored, carried and restart take True or False, not {value!r}")
     return value == "True"
 
 

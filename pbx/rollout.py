@@ -1,6 +1,6 @@
 """Playing a policy for whole episodes in a vector env: the loop behind every test score.
 
-A member's test score each round (:meth:`pbx.members.ppo.PPOMember.evaluate`) and
+A member's test score each round (:meth:`pbx.members.ppo.ppo.PPOMember.evaluate`) and
 the evaluation of a finished run's checkpoint (:mod:`pbx.evaluation`) both play
 through :func:`play`, so the two cannot drift apart. Each env plays a share of
 the episodes fixed up front, as SB3's ``evaluate_policy`` does: taking the first

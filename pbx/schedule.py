@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pbx.config import RunConfig, load_yaml, resolve
+from pbx.config import RunConfig, resolve
+from pbx.settings import load_yaml
 from pbx.errors import UsageError
 from pbx.history import BASE_COLUMNS, RESULT_ROLE, History, complete_rounds, last_round_row, read_csv, results
 from pbx.run_dir import RunDir
@@ -67,12 +68,15 @@ def plan_replay(path: Path, member: str | int = "best", seed: int | None = None)
         cfg = resolve([stored])
     except UsageError as err:
         raise UsageError(f"{folder.config}: {err}") from None
-    frame = complete_rounds(read_csv(folder.history, cfg.space), cfg.run.pop_size, str(folder.history))
+    frame = complete_rounds(read_csv(folder.history, cfg.space), cfg.run.pop_size, str(folder.history), cfg.round_size)
     if list(frame.columns) != BASE_COLUMNS + cfg.space.names:
         raise UsageError(f"{folder.history}: columns {list(frame.columns)} do not match the run's "
                          f"{BASE_COLUMNS + cfg.space.names}")
     if frame.empty:
         raise UsageError(f"{folder.history}: no finished round yet, so no schedule to replay")
+    if frame["restart"].any():
+        raise UsageError(f"{folder.history}: the population restarted (--search {cfg.run.search}): a restart re-makes "
+                         f"the weights and may change the rounds' length, which a schedule of configs cannot replay")
     row = last_round_row(frame, member)
     chosen = int(row["member"])
     if row["role"] != RESULT_ROLE:

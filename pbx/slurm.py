@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pbx.config import build
+from pbx.settings import build
 from pbx.errors import UsageError
 
 if TYPE_CHECKING:

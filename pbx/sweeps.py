@@ -52,11 +52,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import yaml
 
-from pbx.config import RunSettings, build, parse_override, resolve
+from pbx.config import StoredRun, resolve
+from pbx.settings import parse_override
 from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.fingerprint import changed_keys, differing_keys
-from pbx.history import best_rows, complete_rounds, read_csv
+from pbx.history import best_rows, complete_rounds, read_csv, restart_marks
 from pbx.run_dir import RunDir, folder_part
 from pbx.runners.mpi import Kind, abort, receive, send
 from pbx.slurm import SlurmSettings, slurm_settings
@@ -313,16 +314,18 @@ def progress(path: Path) -> Progress | None:
     if not folder.config.is_file():
         return None
     config = read_yaml(folder.config, "run config")
-    run = build(RunSettings, config.get("run") or {}) if isinstance(config, dict) else None
-    if run is None or run.t_ready is None or run.max_budget is None:
+    stored = StoredRun.read(config) if isinstance(config, dict) else None
+    if stored is None or stored.run.t_ready is None or stored.run.max_budget is None:
         raise UsageError(f"{folder.config}: not a pbx run config")
     if not folder.history.is_file():
-        return Progress(0, run.rounds)
-    frame = complete_rounds(read_csv(folder.history), run.pop_size, str(folder.history))
+        return Progress(0, stored.plan([]).rounds_estimate())
+    frame = complete_rounds(read_csv(folder.history), stored.run.pop_size, str(folder.history), stored.sizes())
     if frame.empty:
-        return Progress(0, run.rounds)
+        return Progress(0, stored.plan([]).rounds_estimate())
     best = best_rows(frame).iloc[-1]
-    return Progress(int(frame["round"].nunique()), run.rounds, float(best["score"]), float(best["test_score"]))
+    plan = stored.plan(restart_marks(frame))
+    return Progress(int(frame["round"].nunique()), plan.rounds_estimate(), float(best["score"]),
+                    float(best["test_score"]))
 
 
 def execute(sweep: Sweep, spec: RunSpec, resume: bool, comm: Intracomm | None = None) -> str | None:

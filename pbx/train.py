@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pbx.console import counted
-from pbx.config import RunConfig, RunSettings, load_yaml, parse_override, resolve
+from pbx.config import RunConfig, resolve
+from pbx.settings import RunSettings, load_yaml, parse_override
 from pbx.errors import ArgumentParser, UsageError, command_parser
 from pbx.fingerprint import (ENV_CODE, ENV_CONTINUED, LIBRARIES, LIBRARIES_CONTINUED, PROVENANCE, continued,
                              provenance)
@@ -48,7 +49,7 @@ RUN_FLAGS: list[tuple[tuple[str, ...], str, type, str]] = [
                              "(CartPole-v1) or module:Name-v0, an env that module registers"),
     (("--algo",), "algo", str, "the Stable-Baselines3 agent on a gymnasium id: ppo, a2c, sac, td3 or dqn "
                                "(ProcGen games and toys: their own)"),
-    (("--search",), "search", str, "strategy: none (fixed baseline; also Fixed), random, PBT, PB2 or FIRE, any case; "
+    (("--search",), "search", str, "strategy: none (fixed baseline; also Fixed), random, PBT, PB2, FIRE, BGPBT or IPBT, any case; "
                                      "replay (a stored schedule) is written by python -m pbx.replay"),
     (("--selection",), "selection", str, "exploit rule: truncation (bottom quantile copies top), wta (all copy the "
                                            "best) or sigma (below mean - k std copy above mean + k std)"),
@@ -290,6 +291,10 @@ def _start_line(cfg: RunConfig, run_dir: RunDir, ranks: int = 1, resumed: bool =
     line = (f"pbx: {run.search} on {run.env}, {cfg.member_cls.describe(cfg.member)} over {cfg.space_source} "
             f"({', '.join(cfg.space.names)}), {counted(run.pop_size, 'member')}{where} x {run.max_budget:,} steps "
             f"({run.rounds} rounds of {run.t_ready:,}), seed {run.seed} -> {run_dir.path}")
+    if cfg.init_size > run.pop_size or cfg.strategy_cls.round_length(cfg.strategy, run.t_ready or 0, 1) != run.t_ready:
+        line += (f"\nnote: {run.search} trains {cfg.init_size} members in round 0, which takes "
+                 f"{cfg.round_cost(0, False):g} rounds of the budget (the best {run.pop_size} go on), and restarts a "
+                 f"stagnant population (history.csv's restart column), which may lengthen the rounds after it")
     trained = [cfg.trained_steps(r) for r in range(run.rounds)]
     if trained != [cfg.round_steps(r) for r in range(run.rounds)]:
         last = f" ({trained[-1]:,} in the last)" if trained[-1] != trained[0] else ""

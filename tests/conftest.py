@@ -21,15 +21,15 @@ from pbx.runners.sync import SyncRunner
 from pbx.space import Categorical, Config, Continuous, Space
 
 
-def toy_config(**run: object) -> RunConfig:
-    """A toy run's config: PBT, 4 members, 200 steps, t_ready 4, unless ``run`` says otherwise."""
+def toy_config(strategy: dict[str, object] | None = None, **run: object) -> RunConfig:
+    """A toy run's config: PBT, 4 members, 200 steps, t_ready 4, unless ``run`` (and ``strategy``) say otherwise."""
     settings = {"env": "toy", "search": "PBT", "pop_size": 4, "t_ready": 4, "max_budget": 200, "seed": 0}
     settings.update(run)
-    return resolve([{"run": settings}])
+    return resolve([{"run": settings, "strategy": strategy or {}}])
 
 
-def run_toy(folder: Path, **run: object) -> History:
-    cfg = toy_config(**run)
+def run_toy(folder: Path, strategy: dict[str, object] | None = None, **run: object) -> History:
+    cfg = toy_config(strategy, **run)
     run_dir = RunDir(folder)
     run_dir.create()
     cfg.write(run_dir.config)

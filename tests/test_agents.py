@@ -23,10 +23,10 @@ import torch
 from pbx.curves import read_curves
 from pbx.history import read_csv
 from pbx.members.base import MemberContext
-from pbx.members.dqn import DQNMember, DQNSettings
-from pbx.members.replay_store import FIELDS
-from pbx.members.sac import SACMember, SACSettings
-from pbx.members.td3 import TD3Member, TD3Settings
+from pbx.members.offpolicy.dqn import DQNMember, DQNSettings
+from pbx.members.offpolicy.replay_store import FIELDS
+from pbx.members.offpolicy.sac import SACMember, SACSettings
+from pbx.members.offpolicy.td3 import TD3Member, TD3Settings
 from pbx.space import Space
 from pbx.train import main
 

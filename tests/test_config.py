@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 import pbx
-from pbx.config import _route, load_yaml, resolve
+from pbx.config import _route, resolve
+from pbx.settings import load_yaml
 from pbx.errors import UsageError
 from pbx.fingerprint import code_hash, differing_keys, env_sources, provenance
 from pbx.sweeps import load_sweep
@@ -88,7 +89,7 @@ def test_a_space_named_by_m_replaces_the_inline_space_of_a_run_config(tmp_path) 
 
 @pytest.mark.parametrize("search, cat_exp", [("PBT", "random"), ("PB2", "random"), ("PBT", "fixed")])
 def test_cat_exp_random_or_fixed_trains_what_leaving_it_out_trains(search: str, cat_exp: str) -> None:
-    from pbx.members.ppo import PPOMember
+    from pbx.members.ppo.ppo import PPOMember
 
     plain = resolve([{"run": {"env": "bigfish", "search": search}}])
     spelled = resolve([{"run": {"env": "bigfish", "search": search}}], [f"cat_exp={cat_exp}"])

@@ -17,8 +17,8 @@ import torch
 from pbx.config import resolve
 from pbx.history import read_csv
 from pbx.members.base import MemberContext
-from pbx.members.ppo import PPOMember
-from pbx.members.ppo_settings import PPOSettings, fit_rollout
+from pbx.members.ppo.ppo import PPOMember
+from pbx.members.ppo.settings import PPOSettings, fit_rollout
 from pbx.schedule import lineage
 from pbx.space import Integer, Space
 

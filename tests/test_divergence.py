@@ -20,8 +20,8 @@ import torch
 
 from pbx.history import read_csv
 from pbx.members.base import Diverged, MemberContext
-from pbx.members.replay_store import FIELDS
-from pbx.members.td3 import TD3Member, TD3Settings
+from pbx.members.offpolicy.replay_store import FIELDS
+from pbx.members.offpolicy.td3 import TD3Member, TD3Settings
 from pbx.train import main
 
 

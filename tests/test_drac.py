@@ -17,10 +17,10 @@ from torch.distributions import Categorical as TorchCategorical
 
 from pbx.config import SEARCH_SPACES
 from pbx.errors import UsageError
-from pbx.members.augment import AUGMENTATIONS, CROP_PAD, CUTOUT_SIDES
 from pbx.members.base import Diverged, MemberContext
-from pbx.members.drac import DrACMember, DrACSettings, drac_terms
-from pbx.members.ppo import PPOMember, PPOSettings
+from pbx.members.ppo.augment import AUGMENTATIONS, CROP_PAD, CUTOUT_SIDES
+from pbx.members.ppo.drac import DrACMember, DrACSettings, drac_terms
+from pbx.members.ppo.ppo import PPOMember, PPOSettings
 from pbx.space import Categorical, Space
 
 from test_ppo import (NEW_CONFIG, PROCGEN_CONFIG, ROLLOUT, TINY, LoggerSpy, assert_same_tensors, assert_trains_with,

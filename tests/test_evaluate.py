@@ -106,7 +106,7 @@ def test_a_procgen_member_exports_to_what_ppo_load_reads(bigfish_run: Path, tmp_
     member.close()
 
 def test_train_levels_are_the_runs_training_levels(bigfish_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import pbx.members.ppo as ppo
+    import pbx.members.ppo.ppo as ppo
 
     built: list[dict[str, Any]] = []
     real = ppo.make_env

@@ -14,7 +14,7 @@ from stable_baselines3.common.buffers import ReplayBuffer
 
 from pbx import evaluate, export, train
 from pbx.evaluation import find_target
-from pbx.members import offpolicy
+from pbx.members.offpolicy import member as offpolicy
 
 from conftest import ROOT, run_toy
 

@@ -16,9 +16,9 @@ from pbx import train
 from pbx.curves import read_curves
 from pbx.errors import UsageError
 from pbx.history import History, Row, best_rows, read_csv
-from pbx.schedule import plan_replay
-from pbx.members.toy_deceptive import DeceptiveToyMember, DeceptiveToySettings, target
 from pbx.members.base import MemberContext
+from pbx.members.toys.deceptive import DeceptiveToyMember, DeceptiveToySettings, target
+from pbx.schedule import plan_replay
 from pbx.space import Continuous, Space
 from pbx.strategies import FIRE, FIRESettings, RunContext
 from pbx.strategies.fire import Evaluation, Rounds, _overlap

@@ -39,7 +39,7 @@ def test_a_torn_last_round_is_dropped_on_reopen(tmp_path) -> None:
     log = HistoryLog(path, SPACE, 2)
     log.append([_row(0, 0, 1.0, 0.5), _row(1, 0, 2.0, 0.5)])
     with open(path, "a") as f:  # a kill while round 1 was being written
-        f.write("0,1,8,0.1,1.5,nan,nan,0,False,pop1,False,0.5,0.33,crop\n1,1,8,0.")
+        f.write("0,1,8,0.1,1.5,nan,nan,0,False,pop1,False,False,0.5,0.33,crop\n1,1,8,0.")
     reopened = HistoryLog(path, SPACE, 2)
     assert reopened.history.last_round == 0
     reopened.append([_row(0, 1, 3.0, 0.5), _row(1, 1, 4.0, 0.5)])
@@ -92,7 +92,7 @@ def test_a_tear_inside_the_last_field_drops_the_line(tmp_path) -> None:
     log = HistoryLog(path, SPACE, 2)
     log.append([_row(0, 0, 1.0, 0.5), _row(1, 0, 2.0, 0.5)])
     with open(path, "a") as f:  # round 1 cut inside the last field: "crop" -> "cro" and no newline
-        f.write("0,1,8,0.1,1.5,nan,nan,0,False,pop1,False,0.5,0.3333333333333333,crop\n1,1,8,0.1,1.5,nan,nan,1,False,pop1,False,0.5,0.123456,cro")
+        f.write("0,1,8,0.1,1.5,nan,nan,0,False,pop1,False,False,0.5,0.3333333333333333,crop\n1,1,8,0.1,1.5,nan,nan,1,False,pop1,False,False,0.5,0.123456,cro")
     assert HistoryLog(path, SPACE, 2).history.last_round == 0
 
 
@@ -141,9 +141,9 @@ def test_read_csv_of_a_live_run_leaves_out_the_line_being_written(tmp_path) -> N
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda line: line.rsplit(",", 1)[0], "row 1 has 13 fields, not 14"),
-    (lambda line: line + ",extra", "row 1 has 15 fields, not 14"),
-    (lambda line: line.replace(",False,", ",Fals,", 1), "explored and carried take True or False, not 'Fals'"),
+    (lambda line: line.rsplit(",", 1)[0], "row 1 has 14 fields, not 15"),
+    (lambda line: line + ",extra", "row 1 has 16 fields, not 15"),
+    (lambda line: line.replace(",False,", ",Fals,", 1), "explored, carried and restart take True or False, not 'Fals'"),
     (lambda line: line.replace(",crop", ",cro"), "aug takes ['cro'], not among its choices"),
 ])
 def test_a_damaged_row_before_the_last_is_an_error_not_skipped(tmp_path, damage, message) -> None:
@@ -164,7 +164,7 @@ def test_an_integer_parameter_reads_back_as_ints_and_stays_int_after_a_resume(tm
                     explored=False, config={"h0": 1.0, "n_steps": 512 + m}) for m in range(2)]
 
     HistoryLog(path, space, 2).append(rows(0))
-    assert "pop1,False,1.0,512\n" in path.read_text()
+    assert "pop1,False,False,1.0,512\n" in path.read_text()
     resumed = HistoryLog(path, space, 2)
     config = resumed.history.config_of(resumed.history.latest().iloc[1])
     assert config == {"h0": 1.0, "n_steps": 513} and type(config["n_steps"]) is int
@@ -176,7 +176,7 @@ def test_an_integer_parameter_reads_back_as_ints_and_stays_int_after_a_resume(tm
 def test_a_fractional_value_of_an_integer_parameter_is_a_damaged_file(tmp_path) -> None:
     space = Space({"n_steps": Integer(250, 15_000)})
     path = tmp_path / "history.csv"
-    path.write_text(",".join(BASE_COLUMNS + ["n_steps"]) + "\n0,0,4,0.0,1.0,nan,nan,0,False,pop1,False,512.5\n")
+    path.write_text(",".join(BASE_COLUMNS + ["n_steps"]) + "\n0,0,4,0.0,1.0,nan,nan,0,False,pop1,False,False,512.5\n")
     with pytest.raises(UsageError, match="n_steps is an integer parameter, but takes 512.5"):
         read_csv(path, space)
 

@@ -182,13 +182,13 @@ def test_bad_mpi_input_is_one_line_on_rank_0_and_exit_2(args: list[str], launche
 
 
 def test_ranks_on_one_machine_take_gpus_round_robin(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pbx.members import ppo
+    from pbx.members.sb3 import process
 
     chosen = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
-    assert ppo.resolve_device("cuda", True, local_rank=3) == torch.device("cuda", 1)
-    assert ppo.resolve_device("auto", True, local_rank=2) == torch.device("cuda", 0)
-    assert ppo.resolve_device("auto", False, local_rank=3) == torch.device("cpu")  # MLP policies stay on the CPU
+    assert process.resolve_device("cuda", True, local_rank=3) == torch.device("cuda", 1)
+    assert process.resolve_device("auto", True, local_rank=2) == torch.device("cuda", 0)
+    assert process.resolve_device("auto", False, local_rank=3) == torch.device("cpu")  # MLP policies stay on the CPU
     assert chosen == [torch.device("cuda", 1), torch.device("cuda", 0)]

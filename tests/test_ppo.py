@@ -22,7 +22,8 @@ import torch
 from pbx.config import SEARCH_SPACES, resolve
 from pbx.errors import UsageError
 from pbx.members.base import Diverged, MemberContext
-from pbx.members.ppo import LOCAL_RANKS_VARS, PPOMember, PPOSettings, thread_budget
+from pbx.members.ppo.ppo import PPOMember, PPOSettings
+from pbx.members.sb3.process import LOCAL_RANKS_VARS, thread_budget
 from pbx.space import Categorical, Continuous, Space
 
 from conftest import tensorboard_tags
@@ -354,7 +355,7 @@ def test_a_resume_on_another_device_keeps_each_members_own_streams(tmp_path: Pat
     """--resume -m device=...: a CPU checkpoint resumed on a GPU gets a CUDA stream of the member's own (the
     GPU is mocked: the seeding is recorded); a GPU checkpoint resumed on the CPU drops its CUDA stream and
     trains on, its CPU streams restored as they were saved."""
-    import pbx.members.sb3_checkpoint as sb3_checkpoint
+    import pbx.members.sb3.checkpoint as sb3_checkpoint
 
     member = make_member(seed=3, env="CartPole-v1", config=CLASSIC_CONFIG)
     member.train(ROLLOUT)
@@ -415,7 +416,7 @@ def test_evaluation_uses_the_rounds_seed_and_can_be_off(monkeypatch: pytest.Monk
     b.model.policy.load_state_dict(a.model.policy.state_dict())  # the same policy in two members
     assert a.evaluate(7) == b.evaluate(7)  # same round seed: same levels, same actions, same score
     off = make_member(seed=3, eval_episodes=0)
-    import pbx.members.ppo as ppo
+    import pbx.members.ppo.ppo as ppo
 
     monkeypatch.setattr(ppo, "make_env", lambda *a, **k: pytest.fail("evaluation is off: no env to build"))
     assert math.isnan(off.evaluate(7))
@@ -546,7 +547,7 @@ def test_train_rounds_steps_to_whole_rollouts() -> None:
 
 
 def test_train_and_test_envs_get_their_level_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pbx.members.ppo as ppo
+    import pbx.members.ppo.ppo as ppo
 
     calls: list[dict[str, Any]] = []
     real = ppo.make_env

@@ -35,7 +35,7 @@ import pytest
 import torch
 
 from pbx.members.base import MemberContext
-from pbx.members.ppo import PPOMember, PPOSettings
+from pbx.members.ppo.ppo import PPOMember, PPOSettings
 
 import ppo2_port as port
 from ppo2_port import PBX, REFERENCE, AdamOptimizer, Choices, Model, RecordedVecEnv, Update, sf01

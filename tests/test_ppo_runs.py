@@ -85,7 +85,7 @@ def test_pb2_on_cartpole_copies_on_merit(tmp_path) -> None:
 
 
 def test_a_diverging_member_gets_a_nan_score_and_is_replaced(tmp_path) -> None:
-    from pbx.members.ppo import PPOMember
+    from pbx.members.ppo.ppo import PPOMember
     from pbx.runners.sync import SyncRunner
 
     class Poisoned(PPOMember):
@@ -185,7 +185,7 @@ def test_score100_is_the_mean_of_the_last_100_finished_episodes(tmp_path, monkey
     """history.csv's score100 at each round's end is the mean return of the member's last 100 finished training
     episodes, computed here from every episode the training env reported; unlike the round's score it reaches
     back past the round."""
-    from pbx.members.normalize import Normalizer
+    from pbx.members.sb3.normalize import Normalizer
 
     finished: list[float] = []
     step_wait = Normalizer.step_wait

@@ -1,7 +1,7 @@
 """A damaged replay buffer segment (issue 33) is one line naming the file and exit 2, as a damaged checkpoint is.
 
 A resume rebuilds an off-policy member's buffer from the segment files its checkpoint lists
-(:mod:`pbx.members.replay_store`); a disk that filled or a copy cut short leaves one truncated or
+(:mod:`pbx.members.offpolicy.replay_store`); a disk that filled or a copy cut short leaves one truncated or
 missing. Every way a segment can be damaged is one :class:`UsageError` naming it, never a traceback.
 """
 
@@ -18,8 +18,8 @@ import pytest
 
 from pbx.errors import UsageError
 from pbx.members.base import MemberContext
-from pbx.members.replay_store import FIELDS
-from pbx.members.sac import SACMember, SACSettings
+from pbx.members.offpolicy.replay_store import FIELDS
+from pbx.members.offpolicy.sac import SACMember, SACSettings
 
 from conftest import ROOT
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from pbx.fingerprint import differing_keys
-from pbx.members.toy import ToyMember
+from pbx.members.toys.toy import ToyMember
 from pbx.run_dir import RunDir
 from pbx.sweep import main
 from pbx.sweeps import load_sweep
@@ -274,7 +274,7 @@ def test_a_sweep_whose_space_file_changed_between_seeds_is_refused_unless_kept(t
 def test_each_run_of_an_in_process_sweep_starts_from_clean_torch_state(tmp_path, monkeypatch) -> None:
     import torch
 
-    from pbx.members.ppo import PPOMember
+    from pbx.members.ppo.ppo import PPOMember
 
     exp = tmp_path / "det.yaml"
     exp.write_text("run: {env: CartPole-v1, search: none, pop_size: 1, t_ready: 64, max_budget: 64}\n"

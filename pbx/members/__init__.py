@@ -15,17 +15,17 @@ from typing import Iterable
 
 from pbx.errors import UsageError
 from pbx.members.base import Diverged, Member, MemberContext, MemberSettings
-from pbx.members.toy import TOY_ENVS, ToyMember
+from pbx.members.toys.toy import TOY_ENVS, ToyMember
 
 __all__ = ["ALGOS", "AUGMENTATION", "Diverged", "Member", "MemberContext", "MemberSettings", "ToyMember",
            "algo_class", "check_algo", "member_class", "register", "space_file"]
 
 ALGOS: dict[str, str] = {
-    "ppo": "pbx.members.ppo:PPOMember",
+    "ppo": "pbx.members.ppo.ppo:PPOMember",
     "a2c": "pbx.members.a2c:A2CMember",
-    "sac": "pbx.members.sac:SACMember",
-    "td3": "pbx.members.td3:TD3Member",
-    "dqn": "pbx.members.dqn:DQNMember",
+    "sac": "pbx.members.offpolicy.sac:SACMember",
+    "td3": "pbx.members.offpolicy.td3:TD3Member",
+    "dqn": "pbx.members.offpolicy.dqn:DQNMember",
 }
 """``--algo`` names and the SB3 member each trains (``module:class``, imported when asked for)."""
 
@@ -43,7 +43,7 @@ def register(cls: type[Member], *envs: str) -> type[Member]:
 
 AUGMENTATION = ("aug_type", "aug_coef")
 """Hyperparameters only DrAC's PPO has: a run whose space or member settings name one trains
-:class:`pbx.members.drac.DrACMember`."""
+:class:`pbx.members.ppo.drac.DrACMember`."""
 
 
 def check_algo(algo: str) -> None:
@@ -74,17 +74,17 @@ def member_class(env: str, hyperparameters: Iterable[str] = (), algo: str = "ppo
             return REGISTERED[env]
         if env in TOY_ENVS:
             return ToyMember
-        from pbx.members.toy_deceptive import DeceptiveToyMember
+        from pbx.members.toys.deceptive import DeceptiveToyMember
 
         return DeceptiveToyMember
     if algo != "ppo":
         return _agent(algo_class(algo), env, algo, hyperparameters)
-    from pbx.members.ppo import PPOMember
+    from pbx.members.ppo.ppo import PPOMember
 
     PPOMember.check_env(env)
     _check_observations(env, algo)
     if set(hyperparameters) & set(AUGMENTATION):
-        from pbx.members.drac import DrACMember
+        from pbx.members.ppo.drac import DrACMember
 
         DrACMember.check_env(env)
         return DrACMember
@@ -94,10 +94,10 @@ def member_class(env: str, hyperparameters: Iterable[str] = (), algo: str = "ppo
 def _agent(cls: type[Member], env: str, algo: str, hyperparameters: Iterable[str]) -> type[Member]:
     """``cls``, the member ``algo`` names, once it is known to train on ``env`` and to act in its action space."""
     from pbx.envs import observation_and_action_spaces
-    from pbx.members.offpolicy import OffPolicyMember
-    from pbx.members.sb3 import SB3Member
+    from pbx.members.offpolicy.member import OffPolicyMember
+    from pbx.members.sb3.agent import SB3Agent
 
-    assert issubclass(cls, SB3Member)
+    assert issubclass(cls, SB3Agent)
     cls.check_env(env)
     _check_observations(env, algo, off_policy=issubclass(cls, OffPolicyMember))
     if set(hyperparameters) & set(AUGMENTATION):
@@ -156,7 +156,7 @@ def space_file(env: str, bandit: bool = False, algo: str = "ppo") -> str:
     cls = member_class(env, algo=algo)
     if bandit and algo == "ppo" and env not in REGISTERED and cls is not ToyMember:
         from pbx.envs import is_procgen
-        from pbx.members.drac import DrACMember
+        from pbx.members.ppo.drac import DrACMember
 
         if is_procgen(env):
             return DrACMember.default_space

@@ -17,8 +17,9 @@ from typing import Any, ClassVar, Mapping
 from pbx.envs.families import BOX2D, CLASSIC, MUJOCO  # isort: skip
 from stable_baselines3 import A2C
 
-from pbx.members.sb3 import AgentDefaults, SB3Member, set_rollout
-from pbx.members.sb3_settings import SB3Settings
+from pbx.members.sb3.agent import AgentDefaults
+from pbx.members.sb3.member import SB3Member, set_rollout
+from pbx.members.sb3.settings import SB3Settings
 
 
 @dataclass

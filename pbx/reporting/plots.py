@@ -107,6 +107,7 @@ def plot_member_scores(frame: pd.DataFrame, title: str, path: Path, curves: pd.D
         else:
             segments = _segments(frame, frame[column], from_zero=False, within=within if column == "score" else {})
             _draw_lineage(ax, segments, palette, drawstyle="default")
+        _mark_restarts(ax, frame)
         _label_axes(ax, label, label)
     _member_legend(fig, axes, palette)
     fig.suptitle(title)
@@ -121,6 +122,7 @@ def plot_schedules(frame: pd.DataFrame, space: Space, title: str, path: Path) ->
         values = _schedule_axis(ax, frame, name, space.params[name], palette.members)
         # A row's config holds from the previous round's end to this row's steps: a step drawn "pre".
         _draw_lineage(ax, _segments(frame, values, from_zero=True), palette, drawstyle="steps-pre")
+        _mark_restarts(ax, frame)
     for ax in axes[:-1]:
         ax.set_xlabel("")
     _member_legend(fig, axes, palette)
@@ -240,6 +242,16 @@ def _label_axes(ax: Axes, ylabel: str, title: str) -> None:
         ax.set_title(title)
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     ax.grid(alpha=0.3)
+
+
+def _mark_restarts(ax: Axes, frame: pd.DataFrame) -> None:
+    """A dashed line where each restart round began (BG-PBT, IPBT: the round before's end), labelled once."""
+    if "restart" not in frame:
+        return
+    rounds = sorted(frame.loc[frame["restart"], "round"].unique())
+    for k, r in enumerate(rounds):
+        ax.axvline(float(frame.loc[frame["round"] == r - 1, "steps"].max()), color="0.4", linestyle="--",
+                   linewidth=0.8, label="restart" if k == 0 else None)
 
 
 def _mark_empty(ax: Axes, text: str) -> None:

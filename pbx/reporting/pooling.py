@@ -24,7 +24,7 @@ from typing import Any, Collection, Mapping, Sequence
 from pbx.errors import UsageError
 from pbx.fingerprint import ENV_CODE, ENV_CONTINUED, PROVENANCE, fingerprint, library_versions
 from pbx.members import AUGMENTATION
-from pbx.members.toy import TOY_ENVS
+from pbx.members.toys.toy import TOY_ENVS
 from pbx.reporting.runs import Run
 
 ENV_KEY = "run.env"

@@ -16,10 +16,10 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from pbx.config import RunSettings, build
+from pbx.config import StoredRun
 from pbx.curves import read_curves
 from pbx.errors import UsageError
-from pbx.history import complete_rounds, read_csv, results
+from pbx.history import complete_rounds, read_csv, restart_marks, results
 from pbx.run_dir import RunDir
 from pbx.space import Categorical, Space
 from pbx.yaml_files import read_yaml
@@ -78,8 +78,7 @@ class Run:
     @property
     def finished(self) -> bool:
         """Whether the history holds every planned round."""
-        planned = build(RunSettings, self.config["run"]).rounds
-        return not self.frame.empty and int(self.frame["round"].max()) + 1 >= planned
+        return not self.frame.empty and StoredRun.read(self.config).plan(restart_marks(self.frame)).done
 
 
 def load_run(path: Path) -> Run:
@@ -101,7 +100,11 @@ def read_run(path: Path) -> Run:
         raise UsageError(f"{path}: not a pbx run folder (no {' or '.join(missing)}){sweep}")
     config = _read_config(folder.config)
     space = Space.from_dict(config["space"], source=f"{folder.config}: space")
-    frame = complete_rounds(read_csv(folder.history, space), config["run"].get("pop_size"), str(folder.history))
+    try:
+        sizes = StoredRun.read(config).sizes()
+    except UsageError:  # a config this pbx cannot read settings from: the history's own rounds say
+        sizes = None
+    frame = complete_rounds(read_csv(folder.history, space), config["run"].get("pop_size"), str(folder.history), sizes)
     _check_columns(frame, space, folder.history)
     curves = read_curves(folder.curves, int(frame["round"].max()) if len(frame) else -1)
     return Run(path, config, space, frame, curves)

@@ -50,7 +50,7 @@ def initial_configs(strategy: Strategy, cfg: RunConfig) -> list[Config]:
     """Each member's starting config, drawn with the run's pre-round generator and moved to one the members can
     train (:meth:`pbx.members.Member.feasible`; the history records the config each member trained with)."""
     return [cfg.member_cls.feasible(config, cfg.member, cfg.space)[0]
-            for config in strategy.initial_configs(cfg.space, cfg.run.pop_size, round_rng(cfg.run.seed, -1))]
+            for config in strategy.initial_configs(cfg.space, cfg.init_size, round_rng(cfg.run.seed, -1))]
 
 
 @contextlib.contextmanager
@@ -101,10 +101,12 @@ class RunRecorder:
     def __init__(self, cfg: RunConfig, run_dir: RunDir) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
-        self.log = HistoryLog(run_dir.history, cfg.space, cfg.run.pop_size)
+        self.log = HistoryLog(run_dir.history, cfg.space, cfg.run.pop_size, cfg.round_size)
         frame = self.log.history.frame
         done = int(frame.groupby("member")["steps"].max().sum()) if len(frame) else 0
-        self.console = Console(cfg.run.pop_size * cfg.total_steps(), done, desc=f"{cfg.run.env} {cfg.run.search}")
+        # a first population larger than the kept one trains its extra members for round 0 alone
+        total = cfg.run.pop_size * cfg.total_steps() + (cfg.init_size - cfg.run.pop_size) * cfg.trained_steps(0)
+        self.console = Console(total, done, desc=f"{cfg.run.env} {cfg.run.search}")
         self._writers: dict[str, ScalarWriter] = {}
         self._keep_strategy_rows(before=self.log.history.last_round)
 
@@ -123,15 +125,16 @@ class RunRecorder:
         self.console.best(best)
         return history
 
-    def decided(self, round_: int, decisions: Sequence[Decision], notes: Mapping[int, str]) -> None:
-        """Record the decisions taken after ``round_`` and print the round's line (``notes``: why a score is NaN)."""
+    def decided(self, round_: int, decisions: Sequence[Decision], notes: Mapping[int, str], rounds: int) -> None:
+        """Record the decisions taken after ``round_`` and print the round's line (``notes``: why a score is NaN;
+        ``rounds``: the run's rounds as now planned, :meth:`pbx.plan.Plan.rounds_estimate`)."""
         self.record_decisions(round_, decisions)
-        self.console.line(round_line(round_, self.cfg.run.rounds, self.history.round(round_), decisions, notes))
+        self.console.line(round_line(round_, rounds, self.history.round(round_), decisions, notes))
 
     def record_decisions(self, round_: int, decisions: Sequence[Decision]) -> None:
         """Write the reasons of the decisions taken after ``round_`` (also those a resume recomputes, whose
         round line the stopped run already printed)."""
-        changed = [d for d in decisions if d.copies or d.explored or d.info]
+        changed = [d for d in decisions if d.changes or d.info]
         if not changed:
             return
         path = self.run_dir.strategy

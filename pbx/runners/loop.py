@@ -6,12 +6,17 @@ every member in this process, files on disk; the MPI runner: members spread
 over ranks, checkpoint bytes sent between them), as SB3's ``DummyVecEnv`` and
 ``SubprocVecEnv`` differ only in how a step is carried out.
 
-Per round ``r``: the executor trains each member to the round's planned end (``round_end(r)`` steps in all,
-in whole rollouts; a member already at or past it skips the round: ``RunConfig.steps_due``),
+Per round ``r``: the executor trains each member to the round's planned end (:mod:`pbx.plan`: ``plan.end(r)``
+steps in all, in whole rollouts; a member already at or past it skips the round: ``RunConfig.steps_due``),
 evaluates it when due, and saves it durably; the loop writes the round's curves to ``curves.csv`` and its rows
 to ``history.csv`` (fsynced: from here on a kill loses nothing), deletes the other
 rounds' checkpoints, asks the strategy for decisions with the round's generator
-and has the executor apply them.
+and has the executor apply them. The decisions say whether the next round
+restarts the population, which may change its length (IPBT): the plan grows a
+round at a time, and the run ends with the round that reaches ``max_budget``. A
+strategy that starts more members than it keeps (:meth:`Strategy.initial_size`)
+has them all train round 0; the decisions after it copy the kept ones into
+members ``0 .. pop_size - 1``, and the executor drops the rest.
 
 Resume replays exactly that: restore every member from the last finished round's
 own checkpoints and recompute that round's decisions (their generator depends on
@@ -27,11 +32,12 @@ import math
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Mapping, Sequence, TypeVar
+from typing import Callable, Collection, ContextManager, Mapping, Sequence, TypeVar
 
 from pbx.config import RunConfig
 from pbx.errors import UsageError
 from pbx.history import History, Row
+from pbx.plan import Plan
 from pbx.run_dir import RunDir
 from pbx.runners.common import RunRecorder, eval_seed, initial_configs, round_rng, torch_state_kept
 from pbx.space import Config
@@ -90,7 +96,7 @@ class Executor(ABC):
     @property
     @abstractmethod
     def owned(self) -> list[int]:
-        """The members this process trains (and whose checkpoint files it writes and prunes)."""
+        """The members this process trains or trained (and whose checkpoint files it writes and prunes)."""
 
     def share(self, compute: Callable[[], T]) -> T:
         """``compute()`` run on the coordinator (only), its value on every process."""
@@ -103,8 +109,14 @@ class Executor(ABC):
         return contextlib.nullcontext()
 
     @abstractmethod
-    def build(self, configs: Sequence[Config]) -> None:
-        """Create this process's members with their starting configs (``configs``: the whole population's)."""
+    def build(self, configs: Mapping[int, Config]) -> None:
+        """Create this process's members among ``configs``' (a member id to its starting config: the first
+        round's, or the members of the round a resume starts after)."""
+
+    @abstractmethod
+    def retain(self, members: Collection[int]) -> None:
+        """Close this process's members not in ``members`` (the candidates a round 0 or a restart round trained
+        past ``pop_size``, once cut); their checkpoint files go with the next prune (they stay in :attr:`owned`)."""
 
     @abstractmethod
     def restore(self, round_: int, steps: Mapping[int, int]) -> None:
@@ -126,7 +138,8 @@ class Executor(ABC):
 
     @abstractmethod
     def apply(self, decisions: Sequence[Decision], round_: int) -> None:
-        """Carry out the decisions taken after ``round_``: copy donors' checkpoints, apply configs."""
+        """Carry out the decisions taken after ``round_``: build a member the decisions name that this process
+        does not hold (a restart's candidate), copy donors' checkpoints, reset weights, apply configs."""
 
     @abstractmethod
     def close(self) -> None:
@@ -145,8 +158,10 @@ class RoundLoop:
         self.executor = executor
         self.write_config = write_config
         self.strategy: Strategy = cfg.build_strategy()
-        # (parent, explored) of each member for its next row: set by the last decisions.
-        self.lineage: list[tuple[int, bool]] = [(i, False) for i in range(cfg.run.pop_size)]
+        # (parent, explored, restart) of each member for its next row: set by the last decisions.
+        self.lineage: dict[int, tuple[int, bool, bool]] = {i: (i, False, False) for i in range(cfg.init_size)}
+        self.plan: Plan = cfg.plan()
+        """The rounds planned so far (every process keeps its own, from the shared restart marks and decisions)."""
 
     def run(self) -> History | None:
         """Train from the start or from the last finished round in the run folder.
@@ -162,23 +177,28 @@ class RoundLoop:
         cfg, executor = self.cfg, self.executor
         recorder: RunRecorder | None = None
 
-        def start() -> tuple[int, dict[int, int], float]:
+        def start() -> tuple[int, dict[int, int], float, list[bool]]:
             nonlocal recorder
             recorder = RunRecorder(cfg, self.run_dir)
             return self._start(recorder)
 
         try:
-            first, steps, offset = executor.share(start)  # the coordinator's alone: it reads the history
-            if first >= cfg.run.rounds:
+            # the coordinator's alone: it reads the history
+            first, steps, offset, restarts = executor.share(start)
+            self.plan = cfg.plan(restarts)
+            if self.plan.done:
                 return recorder.history if recorder is not None else None  # finished already: nothing to build
-            executor.build(initial_configs(self.strategy, cfg))
-            if first > 0:
-                self._restore(recorder, first - 1, steps)
+            configs = initial_configs(self.strategy, cfg)
+            # a resume builds the members of its last finished round (each then loads its own checkpoint)
+            executor.build({i: configs[i] for i in (steps if first else range(len(configs)))})
+            restart = self._restore(recorder, first - 1, steps) if first > 0 else False
             executor.share(self._write_config)  # every rank takes part; only the coordinator writes
             start_time = time.perf_counter() - offset
-            for r in range(first, cfg.run.rounds):
+            r = first
+            self.plan.add(restart, cfg.round_cost(r, restart))
+            while True:
                 advance = recorder.console.advance if recorder is not None else _ignore
-                trained = executor.train_round(r, cfg.round_end(r), self._test_seed(r), advance)
+                trained = executor.train_round(r, self.plan.end(r), self._test_seed(r), advance)
 
                 # Shared only once the round is in the history: from then on its checkpoints are
                 # what a resume starts from, and the older ones can go.
@@ -186,16 +206,20 @@ class RoundLoop:
                 decisions = executor.share(lambda: self._record(recorder, r, trained, wall_s))
                 with executor.together():
                     self.run_dir.prune_checkpoints(keep_round=r, members=executor.owned)
-                self._apply(decisions, r)
-            return recorder.history if recorder is not None else None
+                if self.plan.is_last(r):
+                    return recorder.history if recorder is not None else None
+                restart = self._apply(decisions, r)
+                r += 1
+                self.plan.add(restart, cfg.round_cost(r, restart))
         finally:
             if recorder is not None:
                 recorder.close()
             executor.close()
 
-    def _start(self, recorder: RunRecorder) -> tuple[int, dict[int, int], float]:
-        """The first round to train, each member's steps after the round before it, and the wall time so far
-        (``wall_s`` keeps counting across a resume: it is time spent on the run, not since this process began)."""
+    def _start(self, recorder: RunRecorder) -> tuple[int, dict[int, int], float, list[bool]]:
+        """The first round to train, each member's steps after the round before it, the wall time so far
+        (``wall_s`` keeps counting across a resume: it is time spent on the run, not since this process began),
+        and each finished round's restart mark (the plan so far)."""
         history = recorder.history
         first = history.last_round + 1
         newest = self.run_dir.newest_checkpoint_round()
@@ -204,9 +228,11 @@ class RoundLoop:
             raise UsageError(f"{self.run_dir.history}: {kept}, but checkpoints/ holds round {newest}'s: the history "
                              f"has lost finished rounds (restore it, or start a new run)")
         if first == 0:
-            return first, {}, 0.0
+            return first, {}, 0.0, []
         rows = history.round(first - 1)
-        return first, dict(zip(map(int, rows["member"]), map(int, rows["steps"]))), float(history.frame["wall_s"].max())
+        restarts = [bool(history.round(r)["restart"].iloc[0]) for r in range(first)]
+        return (first, dict(zip(map(int, rows["member"]), map(int, rows["steps"]))),
+                float(history.frame["wall_s"].max()), restarts)
 
     def _write_config(self) -> None:
         if self.write_config:
@@ -214,27 +240,28 @@ class RoundLoop:
 
     def _test_seed(self, r: int) -> int | None:
         """The round's shared evaluation seed when the test score is due (every ``eval_every`` and the last round)."""
-        due = (r + 1) % self.cfg.run.eval_every == 0 or r + 1 == self.cfg.run.rounds
+        due = (r + 1) % self.cfg.run.eval_every == 0 or self.plan.is_last(r)
         return eval_seed(self.cfg.run.seed, r) if due else None
 
-    def _restore(self, recorder: RunRecorder | None, last: int, steps: Mapping[int, int]) -> None:
+    def _restore(self, recorder: RunRecorder | None, last: int, steps: Mapping[int, int]) -> bool:
+        """Members back as they were after round ``last`` (not the run's last), that round's decisions taken
+        again and applied; whether they restart the population."""
         with self.executor.together():
             self.run_dir.prune_checkpoints(keep_round=last, members=self.executor.owned)
         self.executor.restore(last, steps)
-        if last + 1 < self.cfg.run.rounds:
-            self._apply(self.executor.share(lambda: self._redecide(recorder, last)), last)
+        return self._apply(self.executor.share(lambda: self._redecide(recorder, last)), last)
 
     def _record(self, recorder: RunRecorder | None, r: int, trained: Sequence[Trained],
                 wall_s: float) -> list[Decision]:
         """Write round ``r`` to the history and print its line; the decisions taken after it (coordinator only)."""
         assert recorder is not None
         history = recorder.round_done(self._rows(recorder.history, r, trained, wall_s))
-        decisions = self._decide(history, r) if r + 1 < self.cfg.run.rounds else []
+        decisions = [] if self.plan.is_last(r) else self._decide(history, r)
         notes = {t.member: t.note for t in trained if t.note}
         for row in history.round(r).itertuples():
             if row.carried:
                 notes[row.member] = "; ".join(filter(None, (notes.get(row.member), "its last score carried")))
-        recorder.decided(r, decisions, notes)
+        recorder.decided(r, decisions, notes, self.plan.rounds_estimate())
         return decisions
 
     def _redecide(self, recorder: RunRecorder | None, last: int) -> list[Decision]:
@@ -255,7 +282,7 @@ class RoundLoop:
         rows = []
         roles = self.cfg.roles()
         for t in trained:
-            parent, explored = self.lineage[t.member]
+            parent, explored, restart = self.lineage[t.member]
             score, carried = t.score, False
             if t.skipped and before is not None:
                 score, carried = float(before[parent]), True
@@ -263,7 +290,8 @@ class RoundLoop:
                 score, carried = float(before[parent]), True
             rows.append(Row(member=t.member, round=r, steps=t.steps, wall_s=wall_s, score=score,
                             test_score=t.test_score, parent=parent, explored=explored, config=t.config,
-                            role=roles[t.member], carried=carried, curve=t.curve, score100=t.score100))
+                            role=roles[t.member], carried=carried, curve=t.curve, score100=t.score100,
+                            restart=restart))
         return rows
 
     def _decide(self, history: History, r: int) -> list[Decision]:
@@ -272,18 +300,22 @@ class RoundLoop:
         cfg = self.cfg
         decisions = []
         for d in self.strategy.decide(history, cfg.space, round_rng(cfg.run.seed, r)):
-            if d.copies or d.explored:
+            if d.changes:
                 config, moves = cfg.member_cls.feasible(d.config, cfg.member, cfg.space)
                 if moves:
                     d = dataclasses.replace(d, config=config, ops=(*d.ops, *moves))
             decisions.append(d)
         return decisions
 
-    def _apply(self, decisions: Sequence[Decision], r: int) -> None:
+    def _apply(self, decisions: Sequence[Decision], r: int) -> bool:
+        """Carry out the decisions taken after round ``r``; whether they restart the population."""
         self.executor.apply(decisions, r)
-        self.lineage = [(i, False) for i in range(self.cfg.run.pop_size)]
-        for d in decisions:
-            self.lineage[d.member] = (d.donor, d.explored)
+        # The decisions name every member of the next round: a larger population's cut (round 0, a restart)
+        # drops the others; a restart's candidates past pop_size were built by the apply.
+        self.executor.retain({d.member for d in decisions})
+        restart = any(d.restart for d in decisions)
+        self.lineage = {d.member: (d.donor, d.explored, restart) for d in decisions}
+        return restart
 
 
 def _ignore(steps: int) -> None:

@@ -47,7 +47,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping, NoReturn, Sequence
 
 import numpy as np
 
@@ -158,8 +158,10 @@ class MPIExecutor(Executor):
         self.cfg, self.run_dir, self.comm, self.contained = cfg, run_dir, comm, contained
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)  # the ranks on this machine
-        self.local = LocalExecutor(cfg, run_dir, [i for i in range(cfg.run.pop_size) if self.owner(i) == self.rank],
+        self.local = LocalExecutor(cfg, run_dir, [i for i in range(cfg.most_members) if self.owner(i) == self.rank],
                                    local_rank=node.Get_rank())
+        self._until = 0
+        """The planned end of the last round trained or restored (the progress bar's count of other ranks')."""
         node.Free()
         self.coordinator = self.rank == 0
 
@@ -184,14 +186,18 @@ class MPIExecutor(Executor):
         """:func:`failure` of ``err`` on this rank, naming the member it was busy with."""
         return failure(err, self.rank, self.local.current, self.run_dir.path)
 
-    def build(self, configs: Sequence[Config]) -> None:
+    def build(self, configs: Mapping[int, Config]) -> None:
         with self.together():
             self.run_dir.checkpoints.mkdir(parents=True, exist_ok=True)  # a rank on another machine makes its own
             self.local.build(configs)
 
+    def retain(self, members: Collection[int]) -> None:
+        self.local.retain(members)
+
     def restore(self, round_: int, steps: Mapping[int, int]) -> None:
         with self.together():
             self.local.restore(round_, steps)
+        self._until = max(steps.values())
 
     def train_round(self, round_: int, until: int, test_seed: int | None,
                     advance: Callable[[int], None]) -> list[Trained]:
@@ -201,7 +207,8 @@ class MPIExecutor(Executor):
         if gathered is None:
             return []
         others = [t for part in gathered[1:] for t in part]
-        advance(len(others) * self.cfg.trained_steps(round_))  # the bar counts the other ranks' members at the end
+        advance(len(others) * max(until - self._until, 0))  # the bar counts the other ranks' members at the end
+        self._until = until
         return sorted(mine + others, key=lambda t: t.member)
 
     def apply(self, decisions: Sequence[Decision], round_: int) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 from pbx.config import RunConfig
 from pbx.errors import UsageError
@@ -33,7 +33,8 @@ class LocalExecutor(Executor):
                  local_rank: int = 0) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
-        self.indices = list(range(cfg.run.pop_size)) if indices is None else list(indices)
+        self.indices = list(range(cfg.most_members)) if indices is None else list(indices)
+        """The members this process trains or trained (a first population's extra members stay, for pruning)."""
         self.local_rank = local_rank
         self.members: dict[int, Member] = {}
         self.tested = {i for i, role in enumerate(cfg.roles()) if role == RESULT_ROLE}
@@ -41,18 +42,28 @@ class LocalExecutor(Executor):
         self.current: int | None = None
         """The member being built, trained, saved or loaded (an error names it)."""
 
-    def build(self, configs: Sequence[Config]) -> None:
+    def build(self, configs: Mapping[int, Config]) -> None:
         for i in self.indices:
-            self.current = i
-            context = MemberContext(env=self.cfg.run.env, index=i, seed=member_seed(self.cfg.run.seed, i),
-                                    device=self.cfg.run.device, log_dir=self.run_dir.tb / f"member_{i}",
-                                    local_rank=self.local_rank)
-            self.members[i] = self.cfg.member_cls(context, self.cfg.member, configs[i])
+            if i in configs:
+                self._build(i, configs[i])
         self.current = None
+
+    def _build(self, i: int, config: Config) -> Member:
+        """Member ``i``, fresh, with ``config`` (its seed and folders the same whenever it is built)."""
+        self.current = i
+        context = MemberContext(env=self.cfg.run.env, index=i, seed=member_seed(self.cfg.run.seed, i),
+                                device=self.cfg.run.device, log_dir=self.run_dir.tb / f"member_{i}",
+                                local_rank=self.local_rank)
+        self.members[i] = self.cfg.member_cls(context, self.cfg.member, config)
+        return self.members[i]
 
     @property
     def owned(self) -> list[int]:
         return self.indices
+
+    def retain(self, members: Collection[int]) -> None:
+        for i in [i for i in self.members if i not in members]:
+            self.members.pop(i).close()
 
     def restore(self, round_: int, steps: Mapping[int, int]) -> None:
         for i, member in self.members.items():
@@ -110,12 +121,16 @@ class LocalExecutor(Executor):
         """Carry out the decisions of this process's members, reading each donor's checkpoint from
         ``donor_file(donor)``."""
         for d in decisions:
-            if d.member not in self.members:
+            if d.member not in self.indices:
                 continue
-            self.current, member = d.member, self.members[d.member]
+            # a restart's candidate past pop_size is built for the round, then takes its donor's state
+            member = self.members[d.member] if d.member in self.members else self._build(d.member, d.config)
+            self.current = d.member
             if d.copies:
                 member.load(donor_file(d.donor), own=False)
-            if d.copies or d.explored:
+            if d.reset is not None:
+                member.reset_weights(d.reset.kind, d.reset.seed, d.reset.shrink, d.reset.perturb)
+            if d.changes:
                 member.apply(d.config)
         self.current = None
 

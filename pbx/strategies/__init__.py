@@ -8,9 +8,11 @@ elsewhere joins with :func:`register` (``docs/add-a-strategy.md``).
 from pbx.errors import UsageError
 from pbx.strategies.base import (Decision, ExploitExplore, Explored, Pending, RoundContext, RunContext, Strategy,
                                  StrategySettings)
+from pbx.strategies.bgpbt import BGPBT, BGPBTSettings
 from pbx.strategies.categorical import CAT_EXPS
 from pbx.strategies.fire import FIRE, FIRESettings
 from pbx.strategies.fixed import Fixed
+from pbx.strategies.ipbt import IPBT, IPBTSettings
 from pbx.strategies.pb2 import PB2, PB2Settings
 from pbx.strategies.pbt import PBT, PBTSettings
 from pbx.strategies.random_search import RandomSearch
@@ -19,14 +21,15 @@ from pbx.strategies.selection import (SELECTIONS, ExploitRules, Selection, Sigma
                                      make_selection)
 
 __all__ = [
-    "CAT_EXPS", "Decision", "ExploitExplore", "ExploitRules", "Explored", "FIRE", "FIRESettings", "Pending", "Fixed",
+    "BGPBT", "BGPBTSettings", "CAT_EXPS", "Decision", "ExploitExplore", "ExploitRules", "Explored", "FIRE", "FIRESettings", "IPBT", "IPBTSettings", "Pending", "Fixed",
     "PB2", "PB2Settings", "PBT", "PBTSettings", "RandomSearch", "RoundContext", "RunContext",
     "SELECTIONS", "STRATEGIES", "Schedule", "ScheduleSettings", "Selection", "Sigma", "Strategy", "StrategySettings",
     "Truncation", "WinnerTakesAll",
     "canonical_search", "make_selection", "register", "strategy_class",
 ]
 
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Fixed, RandomSearch, PBT, PB2, FIRE, Schedule)}
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Fixed, RandomSearch, PBT, PB2, FIRE, BGPBT, IPBT,
+                                                                    Schedule)}
 ALIASES = {"fixed": "none"}
 """The PB2 authors' code spells the baseline ``Fixed``."""
 

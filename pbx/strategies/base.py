@@ -16,14 +16,34 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from pbx.history import RESULT_ROLE, History
+from pbx.plan import Plan
 from pbx.space import Config, Space, Value
 from pbx.strategies.selection import Selection, Truncation
+
+
+@dataclass(frozen=True)
+class WeightReset:
+    """What a member does to the weights it starts the next round from (a restart of the population: IPBT).
+
+    ``shrink_perturb`` (Ash & Adams 2020): each weight becomes ``shrink * w + perturb * w0``, ``w0`` the same
+    weight of a freshly initialised network; ``reinit``: the freshly initialised network alone. The fresh
+    network, and any other randomness of the reset, is drawn from ``seed`` (the strategy draws it from the
+    round's generator, so a resume and the MPI runner reset alike).
+    """
+
+    kind: str
+    seed: int
+    shrink: float = 1.0
+    perturb: float = 0.0
+
+
+RESET_KINDS = ("shrink_perturb", "reinit")
 
 
 @dataclass(frozen=True)
@@ -46,10 +66,21 @@ class Decision:
     ops: tuple[str, ...] = ()
     explored: bool = False
     info: Mapping[str, float] = field(default_factory=dict)
+    restart: bool = False
+    """Whether the next round begins a new generation (IPBT, BG-PBT): the history marks it; a strategy whose
+    round length depends on restarts (:meth:`Strategy.round_length`) counts it. Every decision of a round says
+    the same."""
+    reset: WeightReset | None = None
+    """What the member does to its weights after loading the donor's (None: they are the donor's as they are)."""
 
     @property
     def copies(self) -> bool:
         return self.donor != self.member
+
+    @property
+    def changes(self) -> bool:
+        """Whether the member's state or config changes: it copies, explores or resets its weights."""
+        return self.copies or self.explored or self.reset is not None
 
 
 @dataclass
@@ -72,6 +103,11 @@ class RunContext:
     roles: tuple[str, ...] = ()
     """Each member's role (:meth:`Strategy.roles`), which the runner writes to every history row; empty: every
     member is a result (:data:`pbx.history.RESULT_ROLE`)."""
+    t_ready: int = 0
+    """The run's ``t_ready``: the length of a round before any restart (:meth:`Strategy.round_length`)."""
+    plan: Callable[[Sequence[bool]], Plan] | None = None
+    """The rounds' plan given the history's restart marks (:meth:`pbx.config.RunConfig.plan`): how much of the
+    budget is left (IPBT restarts only while a restart round fits)."""
 
     def role(self, member: int) -> str:
         return self.roles[member] if self.roles else RESULT_ROLE
@@ -83,6 +119,9 @@ class Strategy(ABC):
     name: ClassVar[str]
     """The ``--search`` name."""
     settings_cls: ClassVar[type[StrategySettings]] = StrategySettings
+    resets_weights: ClassVar[bool] = False
+    """Whether its decisions re-make weights (:attr:`Decision.reset`): a run refuses a member that cannot
+    (:attr:`pbx.members.Member.resets_weights`)."""
 
     def __init__(self, settings: StrategySettings | None = None, selection: Selection | None = None,
                  context: RunContext | None = None) -> None:
@@ -107,8 +146,35 @@ class Strategy(ABC):
         """
         return (RESULT_ROLE,) * pop_size
 
+    @classmethod
+    def initial_size(cls, settings: StrategySettings, pop_size: int) -> int:
+        """Members the run starts with: ``pop_size`` by default; more for a strategy that trains a larger first
+        population for one round and keeps its best ``pop_size`` (BG-PBT x3, IPBT x2): the members from
+        ``pop_size`` on have a row in round 0 only, and ``decide`` after round 0 must copy the kept ones into
+        members ``0 .. pop_size - 1``."""
+        return pop_size
+
+    @classmethod
+    def restart_size(cls, settings: StrategySettings, pop_size: int) -> int:
+        """Members a restart round trains (:attr:`Decision.restart`): ``pop_size`` by default; IPBT trains
+        :meth:`initial_size` candidates, then keeps the best ``pop_size`` as after round 0. The candidates
+        past ``pop_size`` are the decisions' members ``pop_size ..``: the runner builds them for the round."""
+        return pop_size
+
+    @classmethod
+    def run_defaults(cls) -> dict[str, object]:
+        """Run settings this strategy's reference uses unless the user says otherwise (BG-PBT's quantile)."""
+        return {}
+
+    @classmethod
+    def round_length(cls, settings: StrategySettings, t_ready: int, restarts: int) -> int:
+        """The env steps of a round that begins after ``restarts`` restarts of the population (the restart
+        round's own included): ``t_ready`` by default, whatever the restarts (:mod:`pbx.plan`)."""
+        return t_ready
+
     def initial_configs(self, space: Space, pop_size: int, rng: np.random.Generator) -> list[Config]:
-        """Each member's starting config; by default independent draws from the prior."""
+        """Each member's starting config (``pop_size``: :meth:`initial_size` members); by default independent
+        draws from the prior."""
         return [space.sample(rng) for _ in range(pop_size)]
 
     @abstractmethod

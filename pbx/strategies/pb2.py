@@ -68,7 +68,7 @@ from threadpoolctl import threadpool_limits
 from pbx.errors import UsageError
 from pbx.history import History
 from pbx.space import Config, Space, shown
-from pbx.strategies.acquisition import Acquisition, kappa, maximise, search_box
+from pbx.strategies.acquisition import Acquisition, Box, kappa, maximise, search_box
 from pbx.strategies.base import Decision, Explored, RoundContext
 from pbx.strategies.categorical import BANDITS, CAT_EXPS, EXP3_PLAYS, CategoryBandits, config_codes, fixed_values
 from pbx.strategies.gp import FALLBACK_NOISE, Posterior, Scale, fit_kernel, quiet, standardise
@@ -217,7 +217,7 @@ class PB2(PBT):
     def prepare(self, history: History, space: Space, recipients: int, rng: np.random.Generator) -> RoundPlan:
         """Draw the recipients' categories (EXP3: ``recipients`` distinct arms) and fit the round's GPs."""
         mode = self.settings.cat_exp
-        data = intervals(history, space, self.settings.window)
+        data = self.observations(history, space)
         ran, counts = np.unique(data.cats, axis=0, return_counts=True)
         category_rows = {tuple(space.params[name].choices[int(i)] for name, i in zip(space.categorical, row)): int(n)
                          for row, n in zip(ran, counts)}
@@ -240,6 +240,22 @@ class PB2(PBT):
             plan.gps[()] = self._fit(history, space, data, mixed=mode == "cocabo")
         return plan
 
+    def observations(self, history: History, space: Space) -> Intervals:
+        """The intervals the GP learns from: the most recent ``window`` of the history."""
+        return intervals(history, space, self.settings.window)
+
+    def targets(self, rates: np.ndarray) -> np.ndarray | None:
+        """The GP's targets from the improvement rates (None: nothing to learn, all equal)."""
+        return standardise(rates)
+
+    def kappa(self, rows: int) -> float:
+        """UCB's exploration weight with ``rows`` intervals: the paper's schedule."""
+        return kappa(rows)
+
+    def region(self, donor_unit: np.ndarray, moved: bool, category_rows: int, history: History) -> Box:
+        """Where a member's continuous values are searched (:func:`~pbx.strategies.acquisition.search_box`)."""
+        return search_box(donor_unit, moved, category_rows)
+
     def _bandit_context(self, mode: str) -> tuple[int, int]:
         """EXP3's ``(rounds, plays per round)`` from the run's context."""
         if self.context is None:
@@ -252,7 +268,7 @@ class PB2(PBT):
         explore as PBT (too little data, or a failure)."""
         if not space.continuous or len(data.rate) < MIN_ROWS:
             return None
-        y = standardise(data.rate)
+        y = self.targets(data.rate)
         if y is None:
             logger.warning("PB2: all %d improvement rates are equal, the GP has nothing to learn; "
                            "exploring as PBT this round", len(data.rate))
@@ -271,7 +287,7 @@ class PB2(PBT):
             return None
         queries = {int(m): (float(t_scale(s)), float(r_scale(r)))
                    for m, s, r in zip(latest["member"], steps, scores) if math.isfinite(r)}
-        return RoundGP(posterior, queries, kappa(len(y)))
+        return RoundGP(posterior, queries, self.kappa(len(y)))
 
     def _posterior(self, X: np.ndarray, y: np.ndarray, n_cat: int) -> Posterior:
         """Fit on the most recent ``fit_rows``, condition on all with the ``prior_mean`` setting's mean; on
@@ -324,8 +340,8 @@ class PB2(PBT):
         try:
             with quiet():
                 acquisition = Acquisition(gp.posterior, query, points.reshape(len(pending), len(query) + d), gp.kappa)
-                box = search_box(donor_unit, _key(space, new) != _key(space, donor_config),
-                                 plan.category_rows.get(_key(space, new), 0))
+                box = self.region(donor_unit, _key(space, new) != _key(space, donor_config),
+                                  plan.category_rows.get(_key(space, new), 0), round_.history)
                 best = maximise(acquisition, box, self.settings.restarts, rng, seeds=seeds)
                 values, _ = acquisition(np.vstack([best, donor_unit]))
         except (linalg.LinAlgError, FloatingPointError, ValueError) as err:

@@ -10,7 +10,7 @@ import sys
 
 from pbx.members import register
 from pbx.members.base import MemberSettings
-from pbx.members.toy import ToyMember
+from pbx.members.toys.toy import ToyMember
 from pbx.space import Config
 
 

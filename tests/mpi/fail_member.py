@@ -5,7 +5,7 @@ member with a bug would (the product has no hook for this; the script patches th
 import importlib
 import sys
 
-from pbx.members.toy import ToyMember
+from pbx.members.toys.toy import ToyMember
 
 member, round_, run, command = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 train = ToyMember.train

@@ -18,7 +18,7 @@ cfg = resolve([{"run": {"env": "bigfish", "search": "PBT", "pop_size": 2, "t_rea
 run_dir = RunDir(folder)
 executor = MPIExecutor(cfg, run_dir, MPI.COMM_WORLD)
 configs = [cfg.space.initial() for _ in range(2)]
-executor.build(configs)
+executor.build(dict(enumerate(configs)))
 executor.train_round(0, 32, None, lambda steps: None)
 MPI.COMM_WORLD.barrier()  # both checkpoints of round 0 are on disk
 executor.apply([Decision(0, 0, configs[0]), Decision(1, 0, configs[0])], 0)

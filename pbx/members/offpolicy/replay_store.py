@@ -41,7 +41,7 @@ FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "t
 """The arrays of SB3's ``ReplayBuffer`` (without ``optimize_memory_usage``), each (rows, n_envs, ...)."""
 
 _FIX = "the run folder is damaged: restore the file, or start a new run"
-"""The way out a damaged file's message gives (:func:`pbx.members.checkpoint.read_checkpoint`'s)."""
+"""The way out a damaged file's message gives (:func:`pbx.members.sb3.checkpoint.read_checkpoint`'s)."""
 
 
 class CountingReplayBuffer(ReplayBuffer):

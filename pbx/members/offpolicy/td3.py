@@ -23,9 +23,9 @@ from gymnasium import spaces
 from stable_baselines3 import TD3
 from stable_baselines3.common.noise import NormalActionNoise
 
-from pbx.members.offpolicy import OffPolicyMember, OffPolicyRun, OffPolicySettings
-from pbx.members.sb3 import AgentDefaults
-from pbx.members.sb3_settings import DOMAINS, Domain, finite_number, positive_int
+from pbx.members.offpolicy.member import OffPolicyMember, OffPolicyRun, OffPolicySettings
+from pbx.members.sb3.agent import AgentDefaults
+from pbx.members.sb3.settings import DOMAINS, Domain, finite_number, positive_int
 
 
 @dataclass
@@ -57,7 +57,7 @@ class TD3Settings(OffPolicySettings):
 
 
 class _TD3(OffPolicyRun, TD3):
-    """SB3's TD3 in pbx's off-policy loop (:class:`~pbx.members.offpolicy.OffPolicyRun`)."""
+    """SB3's TD3 in pbx's off-policy loop (:class:`~pbx.members.offpolicy.member.OffPolicyRun`)."""
 
 
 # rl-zoo's tuned TD3 for BipedalWalker-v3 and the PyBullet locomotion tasks (one setting for all), and for

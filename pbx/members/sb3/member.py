@@ -1,13 +1,14 @@
-"""What every Stable-Baselines3 agent needs to be a population member; an agent file adds its loss's settings.
+"""What every Stable-Baselines3 agent needs to be a population member that trains; an agent file adds its loss.
 
-:class:`SB3Member` holds what PPO, A2C, SAC, TD3 and DQN share: envs from the task
-family (:mod:`pbx.envs.families`), observation and reward statistics as learner state
-(:mod:`pbx.members.normalize`), random streams of the member's own, a diverged update
-rolled back, checkpoints that continue bit for bit, test episodes, the device. An agent
-(``ppo.py``, ``a2c.py``, the off-policy ones through :mod:`pbx.members.offpolicy`) says
-which SB3 class it trains and how it is built, its settings and their defaults per task
-family, the hyperparameters SB3 reads live (``live``) and those it reads through a copy
-or schedule (``_set``).
+:class:`SB3Member` holds what PPO, A2C, SAC, TD3 and DQN share once a member is built:
+envs from the task family (:mod:`pbx.envs.families`), observation and reward statistics as
+learner state (:mod:`pbx.members.sb3.normalize`), random streams of the member's own, a
+diverged update rolled back, checkpoints that continue bit for bit
+(:mod:`pbx.members.sb3.checkpoint`), test episodes, the device. What an agent declares, and
+what a run asks of its class before building any member, is :class:`~pbx.members.sb3.agent.SB3Agent`;
+an agent (``ppo/ppo.py``, ``a2c.py``, the off-policy ones through :mod:`pbx.members.offpolicy.member`)
+adds which SB3 class it trains and how it is built, and the hyperparameters SB3 reads through a
+copy or schedule (``_set``).
 
 SB3 reads several hyperparameters through schedules or copies, so setting the
 attribute alone changes nothing (SB3 issues #735, #845, #942, #1336, #1877):
@@ -15,7 +16,7 @@ attribute alone changes nothing (SB3 issues #735, #845, #942, #1336, #1877):
 the process-wide torch / NumPy / ``random`` RNGs; each member keeps its own copy of those
 states and swaps it in while it trains, so members in one process do not perturb each
 other and a checkpoint continues bit for bit. What a checkpoint and an exploit hold is
-SB3's own table of what it saves (:mod:`pbx.members.learner`): the policy (target
+SB3's own table of what it saves (:mod:`pbx.members.sb3.learner`): the policy (target
 networks included), every optimizer, and loose tensors such as SAC's entropy coefficient.
 """
 
@@ -28,48 +29,33 @@ import re
 import warnings
 from abc import abstractmethod
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
-from pbx.envs import StatefulVecEnv, check_env, family, is_procgen, make_env  # isort: skip
-from gymnasium import spaces
+from pbx.envs import StatefulVecEnv, make_env  # isort: skip
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.utils import FloatSchedule
 
-from pbx.envs.families import CLASSIC
 from pbx.errors import UsageError
-from pbx.members.base import Diverged, Member, MemberContext, MemberSettings
-from pbx.members.episodes import RoundEpisodes
-from pbx.members.learner import Learner
-from pbx.members.normalize import Normalizer
-from pbx.members.process import (check_device, deterministic_torch, resolve_device, rng_state, set_rng_state,
-                                 thread_budget)
-from pbx.members.sb3_checkpoint import Checkpointed
-from pbx.members.sb3_log import member_logger
-from pbx.members.sb3_settings import SB3Settings
+from pbx.members.base import Diverged, MemberContext
+from pbx.members.sb3.agent import SB3Agent
+from pbx.members.sb3.checkpoint import Checkpointed
+from pbx.members.sb3.episodes import RoundEpisodes
+from pbx.members.sb3.learner import Learner
+from pbx.members.sb3.log import member_logger
+from pbx.members.sb3.normalize import Normalizer
+from pbx.members.sb3.process import deterministic_torch, resolve_device, rng_state, set_rng_state, thread_budget
+from pbx.members.sb3.settings import SB3Settings
 from pbx.rollout import Played, Watcher, play
-from pbx.space import Config, Space
+from pbx.space import Config
 
 _NON_FINITE = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)
 """An error message about non-finite numbers (whole words: "information" is not one)."""
-
-
-@dataclass(frozen=True)
-class AgentDefaults:
-    """An agent's defaults on one task family, where a run names none (rl-zoo keeps them as data too)."""
-
-    space: str
-    """The search space (a file under ``search_spaces/``)."""
-    settings: Mapping[str, object] = field(default_factory=dict)
-    """Member settings above the settings' own defaults."""
-    run: Mapping[str, object] = field(default_factory=dict)
-    """``t_ready`` and ``max_budget``."""
 
 
 def set_rollout(model: OnPolicyAlgorithm, hp: Mapping[str, Any]) -> None:
@@ -86,97 +72,10 @@ def set_rollout(model: OnPolicyAlgorithm, hp: Mapping[str, Any]) -> None:
     model.rollout_buffer.gae_lambda = hp["gae_lambda"]
 
 
-class SB3Member(Checkpointed, Member):
+class SB3Member(Checkpointed, SB3Agent):
     """An SB3 algorithm on a gymnasium id (PPO also on ProcGen), with everything a population member needs."""
 
     settings: SB3Settings
-    algo: ClassVar[str]
-    """The ``--algo`` name (``"sac"``); a checkpoint records it."""
-    name: ClassVar[str]
-    """What :meth:`describe` and messages call the algorithm (``"SAC"``)."""
-    chunk: ClassVar[str]
-    """The hyperparameter that, times ``n_envs``, is what SB3 collects whole between updates (``n_steps``,
-    ``train_freq``): a round trains whole ones."""
-    live: ClassVar[tuple[str, ...]] = ()
-    """Hyperparameters SB3 reads from the algorithm's attribute of the same name at each use."""
-    action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Box, spaces.Discrete)
-    """The action spaces the algorithm can act in."""
-    defaults: ClassVar[Mapping[str, AgentDefaults]] = {}
-    """Defaults by task family name (:class:`~pbx.envs.families.Family`); other families take classic control's."""
-    counters: ClassVar[tuple[str, ...]] = ()
-    """Attributes of the SB3 algorithm that count env steps as ``steps`` does (DQN's ``_n_calls``, which times
-    its target updates): saved, and taken from the donor with its step count on an exploit."""
-    test_deterministic: ClassVar[bool] = False
-    """Test episodes take the most likely action (SB3's and rl-zoo's evaluation of off-policy agents), unless the
-    settings' ``eval_deterministic`` says otherwise."""
-    checkpoint_keys: ClassVar[tuple[str, ...]] = (
-        "format", "env", "n_envs", "steps", "n_updates", "config", "reward_norm", "last_obs", "last_episode_starts",
-        "env_state", "rng")
-    """What :meth:`save` writes (see :meth:`_checkpoint`) and :meth:`load` requires, with the learner's entries."""
-
-    @classmethod
-    def check_env(cls, env: str) -> None:
-        """Raise :class:`UsageError` unless ``env`` is a registered gymnasium id whose simulator is installed."""
-        check_env(env)
-        if is_procgen(env):
-            raise UsageError(f"--algo {cls.algo} trains on gymnasium ids; {env} is a ProcGen game, which pbx trains "
-                             f"with PPO (the ProcGen paper's agent): leave --algo out")
-
-    @classmethod
-    def acts_in(cls, action_space: spaces.Space) -> bool:
-        return isinstance(action_space, cls.action_spaces)
-
-    @classmethod
-    def family_defaults(cls, env: str) -> AgentDefaults:
-        return cls.defaults.get(family(env).name, cls.defaults[CLASSIC.name])
-
-    @classmethod
-    def run_defaults(cls, env: str) -> dict[str, object]:
-        return dict(cls.family_defaults(env).run)
-
-    @classmethod
-    def setting_defaults(cls, env: str) -> dict[str, object]:
-        return dict(cls.family_defaults(env).settings)
-
-    @classmethod
-    def space_file(cls, env: str) -> str:
-        return cls.family_defaults(env).space
-
-    @classmethod
-    def resume_note(cls, env: str) -> str:
-        """What a resume cannot restore exactly on ``env``, for the run's start line ("" when it restores all)."""
-        task = family(env)
-        if task.resume == "exact":
-            return ""
-        return (f"{env}'s envs cannot be saved ({task.name}): a resume restarts the episodes in progress, "
-                f"so the rounds after it differ from an uninterrupted run's (the finished rounds stay as they are)")
-
-    @classmethod
-    def describe(cls, settings: MemberSettings) -> str:
-        return cls.name
-
-    @classmethod
-    def validate(cls, space: Space, settings: MemberSettings, device: str) -> None:
-        if not isinstance(settings, cls.settings_cls):
-            raise UsageError(f"{cls.__name__} needs {cls.settings_cls.__name__}, got {type(settings).__name__}")
-        settings.check_space(space)
-        check_device(device)
-
-    @classmethod
-    def round_steps(cls, settings: MemberSettings, steps: int, space: Space) -> int:
-        """Whole chunks (rollouts, or ``train_freq`` steps per env), the nearest number to ``steps`` and at least
-        one: SB3 collects them whole. Where the space searches the chunk's length each member's differs, so the
-        plan is ``steps`` itself: each member trains whole chunks of its own to the boundary nearest the plan,
-        and skips a round it begins at or past the plan's end (:meth:`pbx.config.RunConfig.steps_due`)."""
-        return steps if cls.chunk in space.params else cls.steps_trained(settings, {}, steps)
-
-    @classmethod
-    def steps_trained(cls, settings: MemberSettings, config: Config, steps: int) -> int:
-        """Whole chunks of the config's length (the settings' where the space does not search it), the number
-        nearest ``steps`` and at least one."""
-        assert isinstance(settings, SB3Settings)
-        chunk = settings.n_envs * int(config.get(cls.chunk, getattr(settings, cls.chunk)))
-        return max(1, round(steps / chunk)) * chunk
 
     def __init__(self, context: MemberContext, settings: SB3Settings, config: Config) -> None:
         super().__init__(context, settings, config)
@@ -302,7 +201,7 @@ class SB3Member(Checkpointed, Member):
                 self.model.learn(total, callback=episodes, reset_num_timesteps=False, progress_bar=False)
                 failure = None if self._finite() else "weights are not finite after the update"
             except Diverged as err:
-                # an off-policy agent refused a non-finite action before its envs stepped it (pbx.members.offpolicy)
+                # an off-policy agent refused a non-finite action before its envs stepped it (pbx.members.offpolicy.member)
                 failure = str(err)
             except (ValueError, RuntimeError) as err:
                 # torch's Categorical(logits=nan) raises ValueError; other kernels a RuntimeError naming nan or inf
@@ -396,6 +295,26 @@ class SB3Member(Checkpointed, Member):
                             max_steps or self.settings.eval_max_steps, watchers)
         finally:
             env.close()
+
+    resets_weights = True
+
+    def reset_weights(self, kind: str, seed: int, shrink: float = 1.0, perturb: float = 0.0) -> None:
+        """The policy's weights (target networks included) shrunk towards, or replaced by, a fresh policy's;
+        every optimizer's moments cleared. The fresh policy is built as SB3 builds one, from ``seed`` alone
+        (the member's own random streams are left as they were); the normalisation statistics stay, as they
+        measure the env, which a restart does not change."""
+        policy = self.model.policy
+        with torch.random.fork_rng(devices=[torch.cuda.current_device()] if self._cuda else []):
+            torch.manual_seed(seed)
+            fresh = self.model.policy_class(self.model.observation_space, self.model.action_space,
+                                            self.model.lr_schedule, **self.model.policy_kwargs).to(self.device)
+        mine, new = policy.state_dict(), fresh.state_dict()
+        with torch.no_grad():
+            for name, value in mine.items():
+                if torch.is_floating_point(value):
+                    value.copy_(new[name] if kind == "reinit" else shrink * value + perturb * new[name])
+        for optimizer in self._learner.optimizers():
+            optimizer.state.clear()
 
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
         """The policy's actions on raw observations of a test env, normalised with the statistics frozen."""

@@ -19,9 +19,9 @@ from pbx.envs.families import BOX2D, CLASSIC, MUJOCO  # isort: skip
 from gymnasium import spaces
 from stable_baselines3 import SAC
 
-from pbx.members.offpolicy import OffPolicyMember, OffPolicyRun, OffPolicySettings
-from pbx.members.sb3 import AgentDefaults
-from pbx.members.sb3_settings import DOMAINS, Domain, finite_number
+from pbx.members.offpolicy.member import OffPolicyMember, OffPolicyRun, OffPolicySettings
+from pbx.members.sb3.agent import AgentDefaults
+from pbx.members.sb3.settings import DOMAINS, Domain, finite_number
 
 
 def _ent_coef(v: Any) -> bool:
@@ -50,7 +50,7 @@ class SACSettings(OffPolicySettings):
 
 
 class _SAC(OffPolicyRun, SAC):
-    """SB3's SAC in pbx's off-policy loop (:class:`~pbx.members.offpolicy.OffPolicyRun`)."""
+    """SB3's SAC in pbx's off-policy loop (:class:`~pbx.members.offpolicy.member.OffPolicyRun`)."""
 
 
 _CLASSIC_RUN = {"t_ready": 2_000, "max_budget": 20_000}

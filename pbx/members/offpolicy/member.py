@@ -12,8 +12,8 @@ donor's.
 Counting is the member's own, across rounds and resumes: SB3's ``learn`` compares
 ``learning_starts`` with ``num_timesteps``, which a member carries on (and restores), and
 collects ``train_freq`` steps per env between updates, which a round trains whole (the
-chunk of :meth:`~pbx.members.sb3.SB3Member.steps_trained`). A checkpoint holds the replay
-buffer (:mod:`pbx.members.replay_store`), the envs' last raw observations the buffer's next
+chunk of :meth:`~pbx.members.sb3.member.SB3Member.steps_trained`). A checkpoint holds the replay
+buffer (:mod:`pbx.members.offpolicy.replay_store`), the envs' last raw observations the buffer's next
 row starts from, and the action space's generator (the warm-up's random actions).
 
 A diverged member (:class:`~pbx.members.base.Diverged`) rolls back its learner only; its replay buffer and
@@ -47,10 +47,10 @@ from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
 from pbx.errors import UsageError
 from pbx.members.base import Diverged, MemberContext
-from pbx.members.process import members_on_this_machine
-from pbx.members.replay_store import CountingReplayBuffer, ReplayStore, set_whole, whole
-from pbx.members.sb3 import SB3Member
-from pbx.members.sb3_settings import SB3Settings
+from pbx.members.offpolicy.replay_store import CountingReplayBuffer, ReplayStore, set_whole, whole
+from pbx.members.sb3.member import SB3Member
+from pbx.members.sb3.process import members_on_this_machine
+from pbx.members.sb3.settings import SB3Settings
 from pbx.space import Config
 
 

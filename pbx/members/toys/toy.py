@@ -113,6 +113,13 @@ class ToyMember(Member):
         self.h = np.array([float(config["h0"]), float(config["h1"])])
         self.optimiser = str(config["optimiser"]) if "optimiser" in config else None
 
+    resets_weights = True
+
+    def reset_weights(self, kind: str, seed: int, shrink: float = 1.0, perturb: float = 0.0) -> None:
+        # The toy's fresh learner is always theta0: no randomness to draw.
+        fresh = np.array(THETA0, dtype=float)
+        self.theta = fresh if kind == "reinit" else shrink * self.theta + perturb * fresh
+
     def save(self, path: Path) -> None:
         state = {"theta": self.theta.tolist(), "h": self.h.tolist(), "optimiser": self.optimiser, "steps": self.steps}
         durable_write(path, lambda tmp: tmp.write_text(json.dumps(state)))

@@ -26,9 +26,9 @@ from gymnasium import spaces
 from stable_baselines3 import DQN
 from stable_baselines3.common.utils import LinearSchedule
 
-from pbx.members.offpolicy import OffPolicyMember, OffPolicyRun, OffPolicySettings
-from pbx.members.sb3 import AgentDefaults
-from pbx.members.sb3_settings import DOMAINS, Domain, finite_number, positive_int
+from pbx.members.offpolicy.member import OffPolicyMember, OffPolicyRun, OffPolicySettings
+from pbx.members.sb3.agent import AgentDefaults
+from pbx.members.sb3.settings import DOMAINS, Domain, finite_number, positive_int
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """The PPO member's settings: the ProcGen paper's PPO by default, each value checked where it comes in.
 
-:class:`PPOSettings` holds every setting of :class:`~pbx.members.ppo.PPOMember`: the shared ones of
-:class:`~pbx.members.sb3_settings.SB3Settings` at the ProcGen paper's values, PPO's own, and ProcGen's
+:class:`PPOSettings` holds every setting of :class:`~pbx.members.ppo.ppo.PPOMember`: the shared ones of
+:class:`~pbx.members.sb3.settings.SB3Settings` at the ProcGen paper's values, PPO's own, and ProcGen's
 levels; the hyperparameters among them (``PPOSettings.hyperparameters``) a search space may change while
-the agent trains. The table of valid values is :data:`~pbx.members.sb3_settings.DOMAINS`, with PPO's and
+the agent trains. The table of valid values is :data:`~pbx.members.sb3.settings.DOMAINS`, with PPO's and
 ProcGen's rows added here, so a subclass (DrAC's) adds its own rows the same way.
 """
 
@@ -15,8 +15,8 @@ from typing import Any, ClassVar, Mapping, Optional
 
 from pbx.envs import DISTRIBUTION_MODES
 from pbx.errors import UsageError
-from pbx.members.sb3_settings import DOMAINS, Domain, SB3Settings, finite_number, non_negative_int
-from pbx.members.update import VALUE_LOSSES
+from pbx.members.ppo.update import VALUE_LOSSES
+from pbx.members.sb3.settings import DOMAINS, Domain, SB3Settings, finite_number, non_negative_int
 from pbx.space import Categorical, Continuous, Space
 
 __all__ = ["PPOSettings", "check_rollouts", "finite_number", "fit_rollout"]
@@ -76,7 +76,7 @@ class PPOSettings(SB3Settings):
     value_loss: str = "reference"
     """``reference``: the value loss of the ProcGen paper's PPO (baselines ``ppo2``, train-procgen, auto-drac),
     ``0.5 * max`` of the unclipped and the clipped squared error, clipped with ``clip_range``; ``sb3``: SB3's,
-    the clipped squared error clipped with ``clip_range_vf``, twice the weight (:mod:`pbx.members.update`).
+    the clipped squared error clipped with ``clip_range_vf``, twice the weight (:mod:`pbx.members.ppo.update`).
     The default on gymnasium ids is ``sb3`` (:meth:`PPOMember.setting_defaults`)."""
     max_grad_norm: float = 0.5
     """Gradient norm clip."""

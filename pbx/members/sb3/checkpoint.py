@@ -1,17 +1,20 @@
-"""How an SB3 member is saved, resumed and copied: the checkpoint half of :class:`pbx.members.sb3.SB3Member`.
+"""How an SB3 member is saved, resumed and copied: the checkpoint half of :class:`pbx.members.sb3.member.SB3Member`.
 
 A checkpoint holds everything a member needs to continue bit for bit (the learner as SB3's own
 save table lists it, the normalisation statistics, the envs, the random streams, the step and
 update counts); an exploit takes the learner and leaves the recipient's world (envs, streams)
 as it was. :meth:`Checkpointed.export` writes the learner as plain SB3 files instead, for use outside pbx.
 The methods read the member's attributes (``model``, ``_norm``, ``_venv``,
-``_learner``, ``_rng``, ``settings``, ``context``), which :class:`~pbx.members.sb3.SB3Member` sets up.
+``_learner``, ``_rng``, ``settings``, ``context``), which :class:`~pbx.members.sb3.member.SB3Member` sets up.
+The file is one ``torch.save`` of that state, read back with one clear error for any damage
+(:func:`read_checkpoint`).
 """
 
 from __future__ import annotations
 
 import copy
 import pickle
+import zipfile
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable
@@ -25,8 +28,38 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from pbx.errors import UsageError
 from pbx.files import durable_write
-from pbx.members.checkpoint import CHECKPOINT_FORMAT, read_checkpoint
-from pbx.members.process import seeded_cuda_state
+from pbx.members.sb3.process import seeded_cuda_state
+
+
+CHECKPOINT_FORMAT = 1
+"""Bumped when a checkpoint's meaning changes; keys added since (``obs_norm``) are read with defaults."""
+
+
+def read_checkpoint(path: Path, keys: tuple[str, ...], algo: str = "ppo") -> dict[str, Any]:
+    """A checkpoint's state of an ``algo`` member (an ``--algo`` name); anything unreadable, or a checkpoint of
+    another algorithm, is one :class:`UsageError` naming the file and the way out."""
+    fix = "the run folder is damaged: restore the file, or start a new run"
+    if not path.is_file():
+        raise UsageError(f"{path}: missing checkpoint; {fix}")
+    try:
+        # Checkpoints hold NumPy arrays and RNG tuples, so they are full pickles: load only
+        # files pbx wrote (the run folder's own checkpoints).
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except (EOFError, RuntimeError, OSError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile,
+            AttributeError, ImportError, IndexError, KeyError, TypeError) as err:
+        reason = "empty file" if path.stat().st_size == 0 else f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
+        raise UsageError(f"{path}: unreadable checkpoint ({reason}); {fix}") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise UsageError(f"{path}: not a pbx {algo.upper()} checkpoint of format {CHECKPOINT_FORMAT} (found {found!r}); "
+                         f"{fix}")
+    trained = state.get("algo", "ppo")  # written before other agents existed: PPO's
+    if trained != algo:
+        raise UsageError(f"{path}: a checkpoint of --algo {trained}, not {algo}; {fix}")
+    missing = [key for key in keys if key not in state]
+    if missing:
+        raise UsageError(f"{path}: checkpoint lacks {missing}; {fix}")
+    return state
 
 
 class Checkpointed:

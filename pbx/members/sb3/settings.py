@@ -4,7 +4,7 @@ A member's settings hold every value it trains with; the hyperparameters among t
 (``hyperparameters``, SB3's names) are those a search space may change while the agent
 trains. :data:`DOMAINS` maps each setting of any agent to its valid values, so one table
 validates settings, search spaces and configs alike; an agent's settings class adds its
-fields (PPO's in :mod:`pbx.members.ppo_settings`, the others' beside their member) and a
+fields (PPO's in :mod:`pbx.members.ppo.settings`, the others' beside their member) and a
 subclass (DrAC's) adds rows of its own.
 """
 

@@ -8,12 +8,12 @@ original's side held fixed (detached), so the augmentation teaches invariance
 without PPO's own targets seeing augmented data. The PB2-Mix paper (Parker-Holder
 et al., 2021) tunes ``aug_type`` (categorical) and ``aug_coef`` on the fly; both
 are run-time hyperparameters here, applied like PPO's own by :meth:`DrACMember.apply`.
-The term is added to PPO's loss, either value loss (:mod:`pbx.members.update`); the
+The term is added to PPO's loss, either value loss (:mod:`pbx.members.ppo.update`); the
 PB2-Mix code's PPO is the reference's, its value clipped with the clip range.
 
 The augmentation's random draws come from a CPU ``torch.Generator`` of the member's
-own (:mod:`pbx.members.augment`), not from torch's global generator that
-:class:`~pbx.members.ppo.PPOMember` swaps in: SB3's action sampling and minibatch
+own (:mod:`pbx.members.ppo.augment`), not from torch's global generator that
+:class:`~pbx.members.ppo.ppo.PPOMember` swaps in: SB3's action sampling and minibatch
 order stay exactly where plain PPO has them (DrAC with ``aug_coef`` 0 trains bit for
 bit as PPO). On the CPU whatever the training device, its state is the same kind of
 state everywhere, so ``--resume`` on another device continues the stream; the draws,
@@ -37,11 +37,11 @@ from pbx.envs import is_procgen  # isort: skip
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
 
 from pbx.errors import UsageError
-from pbx.members.augment import AUGMENTATIONS
 from pbx.members.base import MemberContext
-from pbx.members.ppo import PPOMember
-from pbx.members.ppo_settings import PPOSettings, finite_number
-from pbx.members.update import Evaluate, PPOUpdate
+from pbx.members.ppo.augment import AUGMENTATIONS
+from pbx.members.ppo.ppo import PPOMember
+from pbx.members.ppo.settings import PPOSettings, finite_number
+from pbx.members.ppo.update import Evaluate, PPOUpdate
 from pbx.space import Config
 
 
@@ -57,7 +57,7 @@ class DrACSettings(PPOSettings):
     }
 
     aug_type: str = "crop"
-    """The augmentation (see :mod:`pbx.members.augment`); DrAC's best single choice on most games is crop."""
+    """The augmentation (see :mod:`pbx.members.ppo.augment`); DrAC's best single choice on most games is crop."""
     aug_coef: float = 0.1
     """Weight of the regulariser G_pi + G_V in the loss (DrAC's default); 0 trains plain PPO."""
 
@@ -85,7 +85,7 @@ def drac_terms(logits: torch.Tensor, values: torch.Tensor, aug_logits: torch.Ten
 
 
 class DrACPPO(PPOUpdate):
-    """PPO (:class:`~pbx.members.update.PPOUpdate`, either value loss) whose update adds
+    """PPO (:class:`~pbx.members.ppo.update.PPOUpdate`, either value loss) whose update adds
     ``aug_coef * (G_pi + G_V)`` to each minibatch's loss.
 
     ``aug_type``, ``aug_coef`` and ``augment_rng`` are read at every minibatch, so values set
@@ -99,7 +99,7 @@ class DrACPPO(PPOUpdate):
         self.aug_coef = aug_coef
         self.augment_rng = torch.Generator()
         """Draws every augmentation's random parameters, on the CPU whatever the training device (see
-        :mod:`pbx.members.augment`), so its state means the same on every device and a run resumes on
+        :mod:`pbx.members.ppo.augment`), so its state means the same on every device and a run resumes on
         another one with the same stream."""
         self._logits: list[torch.Tensor] = []
 

@@ -19,7 +19,7 @@ minibatch: the rollout buffer's ``get`` (to know the minibatch's old values and
 returns) and the policy's ``evaluate_actions`` on the minibatch's observations.
 The values it returns are detached, so SB3's value term carries no gradient,
 and :meth:`PPOUpdate.minibatch_loss` (the reference value loss here; DrAC adds
-its regulariser in :mod:`pbx.members.drac`) is tied to the log-probabilities it
+its regulariser in :mod:`pbx.members.ppo.drac`) is tied to the log-probabilities it
 returns (:class:`AlsoDifferentiate`), so SB3's ``loss.backward()`` takes its
 gradient with the policy's, before gradient clipping. ``tests/test_ppo.py`` and
 ``tests/test_drac.py`` check the gradient SB3 applies against autograd of the

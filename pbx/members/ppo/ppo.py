@@ -5,11 +5,11 @@ Procedural Generation to Benchmark Reinforcement Learning"): IMPALA CNN, 64 envs
 256 steps, 8 minibatches, 3 epochs, gamma 0.999, lambda 0.95, entropy 0.01, lr
 5e-4, clip 0.2 (the value's too), reward normalisation; train on 200 easy levels,
 test on the unrestricted level distribution. On ProcGen the loss is the reference
-PPO's (``value_loss: reference``, :mod:`pbx.members.update`); what still departs
+PPO's (``value_loss: reference``, :mod:`pbx.members.ppo.update`); what still departs
 from that PPO is listed in ``docs/algorithms.md``.
 
 What every SB3 agent shares (envs, statistics, random streams, checkpoints, test
-episodes, applying a hyperparameter where SB3 reads it) is :class:`~pbx.members.sb3.SB3Member`;
+episodes, applying a hyperparameter where SB3 reads it) is :class:`~pbx.members.sb3.member.SB3Member`;
 this file holds PPO's part: ProcGen's levels, the rollout whose length a search may
 change (and the minibatch that must divide it), the clip ranges and the value loss.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
-
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
 from pbx.envs import StatefulVecEnv, check_env, family, is_procgen, make_env  # isort: skip
 from gymnasium import spaces
@@ -27,15 +26,11 @@ from stable_baselines3.common.utils import FloatSchedule
 
 from pbx.errors import UsageError
 from pbx.members.base import MemberSettings
-from pbx.members.impala import ImpalaPolicy
-from pbx.members.ppo_settings import PPOSettings, fit_rollout
-from pbx.members.process import LOCAL_RANKS_VARS, resolve_device, thread_budget
-from pbx.members.sb3 import SB3Member, set_rollout
-from pbx.members.update import PPOUpdate
+from pbx.members.ppo.impala import ImpalaPolicy
+from pbx.members.ppo.settings import PPOSettings, fit_rollout
+from pbx.members.ppo.update import PPOUpdate
+from pbx.members.sb3.member import SB3Member, set_rollout
 from pbx.space import Config, Space
-
-# The process helpers are PPO's public face since before the agents shared a base: callers import them here.
-__all__ = ["LOCAL_RANKS_VARS", "PPOMember", "PPOSettings", "resolve_device", "thread_budget"]
 
 
 class PPOMember(SB3Member):
@@ -46,7 +41,7 @@ class PPOMember(SB3Member):
     settings: PPOSettings
     model: PPOUpdate
     algorithm: ClassVar[type[PPOUpdate]] = PPOUpdate
-    """The SB3 class trained; a subclass may add to its update (see :mod:`pbx.members.drac`)."""
+    """The SB3 class trained; a subclass may add to its update (see :mod:`pbx.members.ppo.drac`)."""
     algo = "ppo"
     name: ClassVar[str] = "PPO"
     """What :meth:`describe` calls the algorithm."""
@@ -92,7 +87,7 @@ class PPOMember(SB3Member):
     @classmethod
     def feasible(cls, config: Config, settings: MemberSettings, space: Space) -> tuple[Config, list[str]]:
         """A searched rollout length or minibatch size moved to the nearest pair SB3 can train (the minibatch
-        dividing the rollout), and the moves as operations (:func:`~pbx.members.ppo_settings.fit_rollout`)."""
+        dividing the rollout), and the moves as operations (:func:`~pbx.members.ppo.settings.fit_rollout`)."""
         assert isinstance(settings, PPOSettings)
         return fit_rollout(config, settings, space)
 

@@ -1,8 +1,8 @@
-"""What a PPO member sets up in its process: threads, device, and the random states it swaps in and out.
+"""What an SB3 member sets up in its process: threads, device, and the random states it swaps in and out.
 
 torch's thread count, default CUDA device and RNGs are process-wide, while a process may train
 several members (in turn) and share its machine with other MPI ranks. These helpers give a
-member its share of the cores, its GPU, and its own RNG states (:class:`~pbx.members.ppo.PPOMember`
+member its share of the cores, its GPU, and its own RNG states (:class:`~pbx.members.sb3.member.SB3Member`
 keeps them per member so members do not perturb each other and a checkpoint continues bit for bit).
 """
 

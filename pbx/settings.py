@@ -1,0 +1,167 @@
+"""Run settings: the ``run`` section every run has, and typed settings from YAML and command-line text.
+
+:class:`RunSettings` is the first of a run config's three sections (:mod:`pbx.config`
+merges the layers and resolves the others, which depend on the strategy and the
+member); :func:`build` makes any settings dataclass from raw values, coercing each
+to its field's type with one clear error for a value that is not one
+(:func:`coerce`), and :func:`parse_override` reads a ``-m key=value`` item. Reports
+and sweeps read stored settings through these without resolving a whole run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from pbx.errors import UsageError
+from pbx.yaml_files import read_yaml
+
+RUNNERS = ("auto", "sync", "mpi")
+COMM_MODES = ("p2p", "collective")
+
+
+@dataclass
+class RunSettings:
+    """Settings every run has (the ``run`` section)."""
+
+    env: str = "bigfish"
+    """``toy``, ``toy-cat`` (the toy with a categorical optimiser), ``toy-deceptive``, a ProcGen game
+    (``bigfish``) or a gymnasium id (``CartPole-v1``)."""
+    algo: str = "ppo"
+    """The Stable-Baselines3 agent a member trains: ``ppo``, ``a2c``, ``sac``, ``td3`` or ``dqn``
+    (:data:`pbx.members.ALGOS`); toys and registered members train their own."""
+    search: str = "PBT"
+    """Strategy: ``none``, ``random``, ``PBT``, ``PB2`` or ``FIRE`` (``replay``: a stored schedule,
+    :mod:`pbx.replay`)."""
+    selection: str = "truncation"
+    """Exploit rule: ``truncation`` (bottom quantile copies top quantile), ``wta`` (all copy the best) or
+    ``sigma`` (members below mean - k std copy members above mean + k std)."""
+    quantile: float = 0.25
+    """Fraction of the population in the top and in the bottom group for truncation selection."""
+    sigma_k: float = 1.0
+    """``sigma`` selection: leaders score above mean + k std of the population, underperformers below mean - k std."""
+    burn_in: int = 0
+    """Env steps every member trains before the first exploit (0: exploit from the first round on)."""
+    margin_rel: float = 0.0
+    """A donor must beat the recipient by more than this fraction of the recipient's absolute score."""
+    margin_abs: float = 0.0
+    """... and by more than this many score units (0 and 0: any better donor)."""
+    tied: str = "keep"
+    """A recipient whose donor has exactly its score: ``keep`` going unchanged, or ``explore`` its own config."""
+    pop_size: int = 4
+    """Number of members (``--batchsize`` in the PB2 code)."""
+    t_ready: int | None = None
+    """Env steps each member trains between two exploit/explore steps (None: the member's default)."""
+    max_budget: int | None = None
+    """Env steps each member trains in total (None: the member's default)."""
+    seed: int = 0
+    """Seeds the strategy's decisions and, derived per member, every member's learner."""
+    space: str | None = None
+    """Search-space YAML: a path, or a file name under ``search_spaces/`` (None: the member's default)."""
+    device: str = "auto"
+    """``auto`` (a GPU when there is one), ``cpu`` or ``cuda``."""
+    name: str | None = None
+    """Run name; the folder is ``runs/<name>`` unless ``--run-dir`` says otherwise."""
+    eval_every: int = 1
+    """Evaluate the test score every this many rounds (and always in the last round)."""
+    runner: str = "auto"
+    """``auto`` (MPI when started by an MPI launcher with several ranks, else synchronous), ``sync`` or ``mpi``."""
+    comm: str = "p2p"
+    """How the MPI runner moves a donor's checkpoint: ``p2p`` (send to each rank that needs it) or
+    ``collective`` (one broadcast per donor; suits winner-takes-all)."""
+
+    def __post_init__(self) -> None:
+        self.algo = self.algo.lower()
+        if self.pop_size < 1:
+            raise UsageError(f"pop_size must be at least 1, got {self.pop_size}")
+        if self.t_ready is not None and self.t_ready <= 0:
+            raise UsageError(f"t_ready must be a positive number of steps, got {self.t_ready}")
+        if self.max_budget is not None and self.t_ready is not None and self.max_budget < self.t_ready:
+            raise UsageError(f"max_budget ({self.max_budget}) must be at least t_ready ({self.t_ready})")
+        if self.eval_every < 1:
+            raise UsageError(f"eval_every must be a positive number of rounds, got {self.eval_every}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise UsageError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.runner not in RUNNERS:
+            raise UsageError(f"runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}")
+        if self.comm not in COMM_MODES:
+            raise UsageError(f"comm must be one of {', '.join(COMM_MODES)}, got {self.comm!r}")
+
+    @property
+    def rounds(self) -> int:
+        """Rounds of training; the last one may be shorter when t_ready does not divide max_budget."""
+        assert self.t_ready is not None and self.max_budget is not None  # filled in by resolve()
+        return -(-self.max_budget // self.t_ready)
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``key=value`` of a ``-m`` item, the value read as YAML (``1e-4``, ``true``, ``null``)."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise UsageError(f"-m takes key=value items, got {item!r} (e.g. -m n_envs=16; "
+                         f"the reference code's -mb, -tr, -b, -s, -sd are --max_budget, --t_ready, --batchsize, "
+                         f"--search, --seed here)")
+    return key.strip(), yaml.safe_load(value) if value.strip() else ""
+
+
+def build(cls: type, raw: Mapping[str, Any]) -> Any:
+    """Instantiate a settings dataclass from raw (YAML or string) values, coercing to the field types."""
+    hints = typing.get_type_hints(cls)
+    values = {name: coerce(name, value, hints[name]) for name, value in raw.items()}
+    try:
+        return cls(**values)
+    except TypeError as err:
+        raise UsageError(str(err)) from None
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    data = read_yaml(path, "config file")
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def field_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def coerce(name: str, value: Any, hint: Any) -> Any:
+    """Convert ``value`` to the type ``hint`` (int, float, str, bool or Optional of one)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            if type(None) in args:
+                return None
+        hint = next(a for a in args if a is not type(None))
+    try:
+        if hint is bool:
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("true", "1", "yes"):
+                return True
+            if str(value).lower() in ("false", "0", "no"):
+                return False
+            raise ValueError
+        if hint is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
+        if hint is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if hint is str:
+            if isinstance(value, (dict, list)):
+                raise ValueError
+            return str(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{name} must be {getattr(hint, '__name__', hint)}, got {value!r}") from None
+    return value

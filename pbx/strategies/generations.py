@@ -1,0 +1,295 @@
+"""What BG-PBT and IPBT share: generations, a larger first population cut to the kept one, trust-region BO.
+
+Both (Wan et al., AutoML-Conf 2022; Chebykin et al., arXiv 2511.09190, whose code
+holds the BG-PBT the IPBT paper ran) train a larger first population for one round
+and keep its best ``pop_size`` (:meth:`Generational.cut`), exploit by truncation
+on the round's scores, and explore by Bayesian optimisation in a trust region
+around the donor's config (CASMO's, without its categorical half):
+
+- the GP learns from the improvement rates of the current generation's most recent
+  ``window`` intervals (100), rank-transformed to normal scores (a copula, as the
+  reference's ``copula_standardize``), with pbx's time-varying kernel over
+  ``(t, R_before, continuous hyperparameters)`` (:mod:`pbx.strategies.gp`);
+- each pick maximises UCB with ``ucb_kappa`` = 3 (the reference's LCB at beta 3)
+  inside a box of side ``L`` centred on the donor's values;
+- ``L`` starts at ``tr_init`` (0.4) in each generation, grows by ``tr_factor``
+  (1.5, up to ``tr_max``) after ``succ_tol`` (3) rounds in a row whose best member
+  ran an explored config, and shrinks after ``fail_tol`` (10) rounds in a row
+  whose best did not (down to ``tr_min``). The reference tags every row as
+  explored, so there its ``L`` only grows (docs/algorithms.md); pbx counts what
+  happened, as the original BG-PBT does.
+
+A *generation* runs from a restart round (or round 0) to the round before the
+next restart; the history marks restart rounds (``restart``). A restart is each
+strategy's own (:meth:`Generational.restart_due`, :meth:`Generational.restart`);
+its new configs come from a GP across the finished generations
+(:meth:`Generational.across_generations`). Categorical hyperparameters are
+explored as PBT does (PB2-Rand), where CASMO moves them by its acquisition
+(docs/algorithms.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import linalg
+from scipy.stats import norm, rankdata
+from threadpoolctl import threadpool_limits
+
+from pbx.errors import UsageError
+from pbx.history import History, rank_best_first
+from pbx.space import Config, Space
+from pbx.strategies.acquisition import Acquisition, Box, maximise
+from pbx.strategies.base import Decision, Pending, RoundContext
+from pbx.strategies.gp import Posterior, Scale, fit_kernel, quiet
+from pbx.strategies.observations import Intervals, intervals
+from pbx.strategies.pb2 import MIN_ROWS, PB2, PB2Settings
+from pbx.strategies.pbt import perturb
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GenerationalSettings(PB2Settings):
+    """The trust-region BO both strategies explore with (CASMO's defaults) and their first population."""
+
+    window: int = 100
+    """Most recent intervals of the current generation the GP learns from (the reference keeps 100)."""
+    ucb_kappa: float = 3.0
+    """UCB's exploration weight (the reference's LCB beta)."""
+    tr_init: float = 0.4
+    """The trust region's side at a generation's start, in the unit cube of the continuous hyperparameters."""
+    tr_min: float = 0.15
+    tr_max: float = 1.0
+    tr_factor: float = 1.5
+    succ_tol: int = 3
+    """Rounds in a row whose best member ran an explored config before the region grows."""
+    fail_tol: int = 10
+    """Rounds in a row whose best member did not before the region shrinks."""
+    init_factor: int = 2
+    """The first population's size in multiples of ``pop_size``, trained one round and cut to ``pop_size``."""
+    patience: int = 15
+    """Rounds in a row a generation may stagnate before it restarts (each strategy says what stagnates)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 < self.tr_min <= self.tr_init <= self.tr_max <= 1:
+            raise UsageError(f"the trust region needs 0 < tr_min <= tr_init <= tr_max <= 1, got {self.tr_min}, "
+                             f"{self.tr_init}, {self.tr_max}")
+        if not self.tr_factor > 1 or self.succ_tol < 1 or self.fail_tol < 1:
+            raise UsageError(f"tr_factor must be > 1 and succ_tol, fail_tol >= 1, got {self.tr_factor}, "
+                             f"{self.succ_tol}, {self.fail_tol}")
+        for name in ("init_factor", "patience"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise UsageError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if not self.ucb_kappa >= 0:
+            raise UsageError(f"ucb_kappa must be >= 0, got {self.ucb_kappa}")
+
+
+def copula(values: np.ndarray) -> np.ndarray | None:
+    """Normal scores of the ranks (ties take the highest), ``Phi^-1(rank / (n + 1))``; None when all are equal."""
+    if np.ptp(values) <= 1e-12 * max(1.0, float(np.max(np.abs(values)))):
+        return None
+    return norm.ppf(rankdata(values, method="max") / (len(values) + 1))
+
+
+def generation_start(history: History) -> int:
+    """The first round of the current generation: the last restart round, or 0."""
+    frame = history.frame
+    marked = frame.loc[frame["restart"], "round"]
+    return int(marked.max()) if len(marked) else 0
+
+
+def generation_of(frame: pd.DataFrame) -> pd.Series:
+    """Each row's generation: the restart rounds up to and including its own."""
+    marks = frame.groupby("round")["restart"].first().astype(int).cumsum()
+    return frame["round"].map(marks)
+
+
+class Generational(PB2):
+    """BG-PBT's and IPBT's shared round: the cut of a larger population, then a restart or PBT's exploit with
+    trust-region BO explore."""
+
+    settings: GenerationalSettings
+
+    @classmethod
+    def initial_size(cls, settings: GenerationalSettings, pop_size: int) -> int:  # type: ignore[override]
+        return settings.init_factor * pop_size
+
+    @property
+    def pop_size(self) -> int:
+        if self.context is None:
+            raise ValueError(f"{self.name} needs the run's RunContext (its population): build it with "
+                             f"RunConfig.build_strategy() or pass context=")
+        return self.context.pop_size
+
+    def decide(self, history: History, space: Space, rng: np.random.Generator) -> list[Decision]:
+        with threadpool_limits(limits=1, user_api="blas"):  # as PB2: one thread, decisions replay bit for bit
+            kept = self.cut(history.latest())
+            if self.restart_due(history):
+                return self.restart(history, space, kept, rng)
+            return self.exploit_explore(history, space, kept, rng)
+
+    def cut(self, latest: pd.DataFrame) -> dict[int, int]:
+        """``{member: the latest round's member whose state it goes on from}``: each member as itself in a round
+        of ``pop_size``; after a larger one (round 0, a restart's candidates) members ``0 .. pop_size - 1`` from
+        its best ``pop_size`` by score, each kept one in its own place when it has one below ``pop_size``, the
+        others in the free places."""
+        members = [int(m) for m in latest["member"]]
+        if len(members) <= self.pop_size:
+            return {m: m for m in members}
+        best = [members[i] for i in rank_best_first(latest["score"].to_numpy(float))[:self.pop_size]]
+        places = {m: m for m in best if m < self.pop_size}
+        free = iter(sorted(set(range(self.pop_size)) - set(places)))
+        places |= {next(free): m for m in sorted(m for m in best if m >= self.pop_size)}
+        return dict(sorted(places.items()))
+
+    def exploit_explore(self, history: History, space: Space, kept: dict[int, int],
+                        rng: np.random.Generator) -> list[Decision]:
+        """Truncation among the kept members on the round's scores; each recipient copies its donor and
+        explores around the donor's config (:meth:`explore`, PB2's with this strategy's region and targets)."""
+        rows = history.latest().set_index("member").loc[list(kept.values())].reset_index()
+        configs = {m: history.config_of(row) for m, (_, row) in zip(kept.values(), rows.iterrows())}
+        pairs = self.exploit(rows.assign(member=list(kept)), rows["score"].to_numpy(float), rng)
+        round_ = RoundContext(history, space, self.prepare(history, space, len(pairs), rng) if pairs else None,
+                              running=[Pending(source, configs[source]) for m, source in kept.items() if m not in pairs])
+        decisions = []
+        for member, source in kept.items():
+            if member not in pairs:
+                ops = () if source == member else ("kept: among the best of the larger population",)
+                decisions.append(Decision(member, source, configs[source], ops))
+                continue
+            donor = kept[pairs[member]]
+            new, ops, info = self.explore(donor, configs[donor], round_, rng)
+            round_.picks.append(Pending(donor, new))
+            decisions.append(Decision(member, donor, new, tuple(["tied", *ops] if donor == source else ops),
+                                      explored=True, info=info))
+        return decisions
+
+    @abstractmethod
+    def restart_due(self, history: History) -> bool:
+        """Whether the population restarts after the latest round (the strategy's stagnation rule)."""
+
+    @abstractmethod
+    def restart(self, history: History, space: Space, kept: dict[int, int],
+                rng: np.random.Generator) -> list[Decision]:
+        """The decisions of a restart (``kept``: :meth:`cut`'s), every one with ``restart`` set."""
+
+    # PB2's hooks: the current generation's data, copula targets, UCB at ucb_kappa, the trust region
+
+    def observations(self, history: History, space: Space) -> Intervals:
+        data = intervals(history, space, len(history.frame))
+        data = data.where(data.round > generation_start(history))
+        return data.where(np.arange(len(data.rate)) >= len(data.rate) - self.settings.window)
+
+    def targets(self, rates: np.ndarray) -> np.ndarray | None:
+        return copula(rates)
+
+    def kappa(self, rows: int) -> float:
+        return self.settings.ucb_kappa
+
+    def region(self, donor_unit: np.ndarray, moved: bool, category_rows: int, history: History) -> Box:
+        half = self.trust_length(history) / 2
+        return np.clip(donor_unit - half, 0.0, 1.0), np.clip(donor_unit + half, 0.0, 1.0)
+
+    def trust_length(self, history: History) -> float:
+        """The trust region's side after the latest round: replayed over the current generation's rounds after
+        its first, a success each round whose best member (by score) ran a config an explore chose."""
+        s = self.settings
+        frame = history.frame
+        length, wins, losses = s.tr_init, 0, 0
+        for _, rows in frame[frame["round"] > generation_start(history)].groupby("round", sort=True):
+            best = rows.iloc[rank_best_first(rows["score"].to_numpy(float))[0]]
+            wins, losses = (wins + 1, 0) if best["explored"] else (0, losses + 1)
+            if wins >= s.succ_tol:
+                length, wins = min(length * s.tr_factor, s.tr_max), 0
+            elif losses >= s.fail_tol:
+                length, losses = max(length / s.tr_factor, s.tr_min), 0
+        return length
+
+    def across_generations(self, history: History, space: Space, count: int, centre: Config,
+                           taken: list[Config], rng: np.random.Generator) -> list[Config]:
+        """``count`` configs for a new generation, picked one at a time by UCB on a GP across the generations.
+
+        Each member of each generation's first round is one observation (the reference's meta data):
+        its config, the score it had then, and the rate at which its best descendant (through the
+        history's parents) rose above that score over the generation. The GP, with pbx's time-varying
+        kernel over ``(t, R, continuous)``, is asked at the latest round's time and ``centre``'s score,
+        in the trust region of side ``tr_init`` around ``centre``'s values, the picks so far (``taken``
+        and each earlier one) pending. With fewer than 3 observations, or a failed fit, the configs are
+        drawn from the prior. Categorical values are ``centre``'s, explored as PBT does.
+        """
+        frame = history.frame
+        generations = generation_of(frame)
+        points = []  # (t, R, unit config, rate)
+        for g in sorted(set(generations)):
+            rows = frame[generations == g]
+            first = int(rows["round"].min())
+            source = {int(m): int(m) for m in rows.loc[rows["round"] == first, "member"]}
+            best = {m: -np.inf for m in source.values()}
+            for r in sorted(set(rows["round"])):
+                now = rows[rows["round"] == r]
+                if r > first:
+                    source = {int(m): source[int(p)] for m, p in zip(now["member"], now["parent"]) if int(p) in source}
+                for m, score in zip(now["member"], now["score"]):
+                    if int(m) in source and np.isfinite(score):
+                        best[source[int(m)]] = max(best[source[int(m)]], float(score))
+            start = rows[rows["round"] == first]
+            span = float(rows["steps"].max() - start["steps"].min())
+            for _, row in start.iterrows():
+                before, peak = float(row["score"]), best[int(row["member"])]
+                if span > 0 and np.isfinite(before) and np.isfinite(peak):
+                    points.append((float(row["steps"]), before, space.to_unit(history.config_of(row)),
+                                   (peak - before) / span))
+        latest = history.latest()
+        centre_row = latest.iloc[rank_best_first(latest["score"].to_numpy(float))[0]]
+        query = (float(centre_row["steps"]), float(centre_row["score"]))
+        picks: list[Config] = []
+        fitted = self._fit_across(points, query) if space.continuous else None
+        for _ in range(count):
+            new, _ = perturb(centre, space, rng, 0.0, names=space.categorical)
+            if fitted is None:
+                new |= {name: space.params[name].sample(rng) for name in space.continuous}
+            else:
+                posterior, scaled = fitted
+                pending = np.array([[*scaled, *space.to_unit(c)] for c in [*taken, *picks]])
+                acquisition = Acquisition(posterior, scaled, pending.reshape(len(pending), 2 + len(space.continuous)),
+                                          self.settings.ucb_kappa)
+                unit = space.to_unit(centre)
+                half = self.settings.tr_init / 2
+                box = (np.clip(unit - half, 0.0, 1.0), np.clip(unit + half, 0.0, 1.0))
+                try:
+                    with quiet():
+                        new = space.from_unit(maximise(acquisition, box, self.settings.restarts, rng,
+                                                       seeds=unit[None, :]), new)
+                except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
+                    logger.warning("%s: the acquisition across generations failed (%s); drawing from the prior",
+                                   self.name, err)
+                    new |= {name: space.params[name].sample(rng) for name in space.continuous}
+            picks.append(new)
+        return picks
+
+    def _fit_across(self, points: list[tuple[float, float, np.ndarray, float]],
+                    query: tuple[float, float]) -> tuple[Posterior, tuple[float, float]] | None:
+        """The GP across generations and the scaled query point, or None (too few points, all equal, a failure)."""
+        points = points[-self.settings.window:]
+        if len(points) < MIN_ROWS:
+            return None
+        t = np.array([p[0] for p in points])
+        r = np.array([p[1] for p in points])
+        y = copula(np.array([p[3] for p in points]))
+        if y is None:
+            return None
+        t_scale, r_scale = Scale.fit(np.append(t, query[0])), Scale.fit(np.append(r, query[1]))
+        X = np.column_stack([t_scale(t), r_scale(r), np.array([p[2] for p in points])])
+        try:
+            with quiet():
+                posterior = Posterior(*fit_kernel(X, y), X, y, float(np.min(y)))
+        except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
+            logger.warning("%s: the GP across generations failed (%s); drawing from the prior", self.name, err)
+            return None
+        return posterior, (float(t_scale(query[0])), float(r_scale(query[1])))

@@ -1,0 +1,176 @@
+"""IPBT: iterated PBT with task-agnostic restarts (Chebykin et al., arXiv 2511.09190; ``AwesomeLemon/IPBT``).
+
+The step between exploits (``t_ready``) changes every PBT variant's result and is
+hard to choose for a new task. IPBT starts with a short one and watches the
+population for stagnation; when it stagnates, IPBT restarts with a step
+``step_factor`` times longer, reusing what it learned:
+
+- **stagnation** (the reference's ``previous-smoothed-or-slow``): the best score of
+  each round of the current generation, z-scored over the generation and smoothed
+  by a GP (Matern-5/2 with noise); a round *fails* when the smoothed value did not
+  rise from the round before. ``patience`` (3) failures in a row restart, and so
+  does one round in which the last ``slow_rounds - 1`` (14) rounds raised the best
+  z-score by less than 1 (once the generation has ``slow_rounds`` rounds);
+- **restart**: ``init_factor`` x ``pop_size`` candidates (16 for 8), each a copy of a
+  random member of the top quantile; half of them get random hyperparameters and
+  half hyperparameters picked by a GP across the finished generations
+  (:meth:`~pbx.strategies.generations.Generational.across_generations`); half of
+  them (drawn apart) get freshly initialised weights and the others
+  ``shrink * w + perturb * w0`` (Ash & Adams 2020; 0.2, 0.1), ``w0`` a fresh
+  initialisation. The candidates train the restart round at the new length and
+  the best ``pop_size`` go on (:meth:`~pbx.strategies.generations.Generational.cut`),
+  as after the first round, whose population is ``init_factor`` times larger too;
+- a restart happens only while its round fits the budget: a restart round costs
+  ``init_factor`` times the new step (:mod:`pbx.plan`), so IPBT spends what PBT
+  spends;
+- between restarts: PBT's truncation exploit (quantile 0.25), BO explore in a trust
+  region around the donor (:mod:`pbx.strategies.generations`).
+
+Departures from the reference are listed in docs/algorithms.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import linalg
+
+from pbx.errors import UsageError
+from pbx.history import History, rank_best_first, restart_marks
+from pbx.space import Space
+from pbx.strategies.base import Decision, WeightReset
+from pbx.strategies.generations import Generational, GenerationalSettings, generation_start
+
+LENGTHSCALES = (0.2, 0.4, 0.8, 1.6)
+NOISES = (1e-2, 0.1, 0.3, 1.0)
+"""The grid the stagnation GP's lengthscale and noise are chosen on by marginal likelihood (the z-scores have
+unit variance, so the kernel's is 1): a fixed grid, so the choice replays exactly. Its shortest lengthscale is a
+fifth of the generation, so the GP smooths round-to-round noise instead of passing through every point (which a
+free fit prefers on a zigzag of 8 rounds; then "did the smoothed best rise" would read the raw scores)."""
+
+
+@dataclass
+class IPBTSettings(GenerationalSettings):
+    """IPBT's settings; their defaults are the reference's (``config/algo/ipbt.yaml``)."""
+
+    step_factor: float = 2.0
+    """Each restart multiplies the rounds' length by this."""
+    patience: int = 3
+    """Rounds in a row whose smoothed best did not rise before a restart."""
+    slow_rounds: int = 15
+    """A generation this many rounds long restarts at once when its last ``slow_rounds - 1`` rounds raised the
+    best z-scored round score by less than 1."""
+    shrink: float = 0.2
+    perturb: float = 0.1
+    """Shrink-and-perturb of the candidates that keep weights: ``shrink * w + perturb * w0``."""
+    random_configs: float = 0.5
+    """Share of a restart's candidates whose hyperparameters are drawn from the prior (the rest: the GP's)."""
+    random_weights: float = 0.5
+    """Share of a restart's candidates that start from freshly initialised weights."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.step_factor >= 1:
+            raise UsageError(f"step_factor must be >= 1, got {self.step_factor}")
+        if not isinstance(self.slow_rounds, int) or self.slow_rounds < 2:
+            raise UsageError(f"slow_rounds must be an integer >= 2, got {self.slow_rounds!r}")
+        for name in ("random_configs", "random_weights"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise UsageError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+class IPBT(Generational):
+    name = "IPBT"
+    settings_cls = IPBTSettings
+    settings: IPBTSettings
+    resets_weights = True
+
+    @classmethod
+    def restart_size(cls, settings: IPBTSettings, pop_size: int) -> int:  # type: ignore[override]
+        return settings.init_factor * pop_size
+
+    @classmethod
+    def round_length(cls, settings: IPBTSettings, t_ready: int, restarts: int) -> int:  # type: ignore[override]
+        return max(1, round(t_ready * settings.step_factor**restarts))
+
+    def restart_due(self, history: History) -> bool:
+        if self.context is None or self.context.plan is None:
+            raise ValueError("IPBT needs the run's RunContext with its plan: build it with RunConfig.build_strategy()")
+        plan = self.context.plan(restart_marks(history.frame))
+        # the restart round (init_factor x pop_size candidates for the longer step) must fit what is left
+        longer = self.round_length(self.settings, self.context.t_ready, plan.restarts[-1] + 1)
+        if plan.nominal_ends[-1] + self.settings.init_factor * longer > plan.max_budget:
+            return False
+        frame = history.frame
+        rows = frame[frame["round"] >= generation_start(history)]
+        bests = rows.groupby("round", sort=True)["score"].max().to_numpy(float)
+        fails = 0
+        for end in range(1, len(bests) + 1):
+            failed, slow = stagnated(bests[:end], self.settings.slow_rounds)
+            fails = self.settings.patience if slow else fails + 1 if failed else 0
+        return fails >= self.settings.patience
+
+    def restart(self, history: History, space: Space, kept: dict[int, int],
+                rng: np.random.Generator) -> list[Decision]:
+        s = self.settings
+        sources = list(kept.values())
+        latest = history.latest().set_index("member").loc[sources].reset_index()
+        order = rank_best_first(latest["score"].to_numpy(float))
+        top = [sources[i] for i in order[:self.selection.recipients(self.pop_size)]]
+        count = s.init_factor * self.pop_size
+        donors = [top[int(rng.integers(len(top)))] for _ in range(count)]
+        random = round(s.random_configs * count)
+        configs = [space.sample(rng) for _ in range(random)]
+        best = history.config_of(latest.iloc[order[0]])
+        configs += self.across_generations(history, space, count - random, best, configs, rng)
+        fresh = set(rng.choice(count, size=round(s.random_weights * count), replace=False).tolist())
+        decisions = []
+        for i, (donor, config) in enumerate(zip(donors, configs)):
+            seed = int(rng.integers(2**31))
+            reset = WeightReset("reinit", seed) if i in fresh else WeightReset("shrink_perturb", seed, s.shrink,
+                                                                               s.perturb)
+            ops = ("restart", "hps from the prior" if i < random else "hps by the GP across generations",
+                   "fresh weights" if i in fresh else f"weights {s.shrink} w + {s.perturb} w0")
+            decisions.append(Decision(i, donor, config, ops, explored=True, restart=True, reset=reset))
+        return decisions
+
+
+def stagnated(bests: np.ndarray, slow_rounds: int) -> tuple[bool, bool]:
+    """Whether the generation's round bests ``bests`` (oldest first) failed to rise in the last round, and
+    whether that is the slow rule's (which restarts at once)."""
+    finite = bests[np.isfinite(bests)]
+    if len(finite) <= 1:
+        return False, False
+    spread = float(np.std(finite, ddof=1))
+    if not spread > 0:
+        return True, False  # flat: nothing rose
+    z = (finite - finite.mean()) / spread
+    if len(z) >= slow_rounds and z.max() - z[:-(slow_rounds - 1)].max() < 1:
+        return True, True
+    smooth = smoothed(z)
+    return not smooth[-1] > smooth[-2], False
+
+
+def smoothed(z: np.ndarray) -> np.ndarray:
+    """The posterior mean at each point of a GP on ``z`` over evenly spaced inputs in [0, 1] (Matern-5/2 of
+    unit variance plus noise, lengthscale and noise the grid's (:data:`LENGTHSCALES`, :data:`NOISES`) best by
+    marginal likelihood)."""
+    x = np.linspace(0.0, 1.0, len(z))
+    best = None
+    for lengthscale in LENGTHSCALES:
+        K = matern52(x, lengthscale)
+        for noise in NOISES:
+            L = linalg.cholesky(K + noise * np.eye(len(z)), lower=True)
+            alpha = linalg.cho_solve((L, True), z)
+            fit = -0.5 * float(z @ alpha) - float(np.log(np.diag(L)).sum())
+            if best is None or fit > best[0]:
+                best = (fit, K, alpha)
+    assert best is not None
+    return best[1] @ best[2]
+
+
+def matern52(x: np.ndarray, lengthscale: float) -> np.ndarray:
+    r = np.abs(x[:, None] - x[None, :]) * math.sqrt(5) / lengthscale
+    return (1 + r + r * r / 3) * np.exp(-r)
