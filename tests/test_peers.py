@@ -66,3 +66,19 @@ def test_the_study_trains_both_sides_on_the_device_it_names() -> None:
         assert pbx[pbx.index("--device") + 1] == device
         assert ("--no-cuda" in cleanrl) == (device == "cpu")
         assert ("--no-torch-deterministic" in cleanrl) == (device == "cuda")
+
+
+def test_the_side_by_side_toy_trains_under_bgpbt_and_ipbt(tmp_path) -> None:
+    """benchmarks/peers/ipbt's ToyPlain member, registered from outside pbx: both strategies run on it with their
+    first populations (24 and 16 for 8), and its scores are the reference's fitness, at most 1.2."""
+    from pbx.history import read_csv
+
+    for search, first in (("BGPBT", 24), ("IPBT", 16)):
+        proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers" / "ipbt" / "toy_plain.py"), "--env",
+                               "toy-plain", "--search", search, "--seed", "0", "--batchsize", "8", "--t_ready", "10",
+                               "--max_budget", "100", "--run-dir", str(tmp_path / search)],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        frame = read_csv(tmp_path / search / "history.csv")
+        assert (frame["round"] == 0).sum() == first and frame["score"].max() <= 1.2
+        assert frame.groupby("round")["score"].max().iloc[-1] > frame.groupby("round")["score"].max().iloc[0]

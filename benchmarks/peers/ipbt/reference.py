@@ -1,0 +1,200 @@
+"""The reference side: what the side-by-side adds to a checkout of the IPBT authors' code, and how it runs it.
+
+The checkout is ``AwesomeLemon/IPBT`` (its ``algo/bgpbt.py`` is the BG-PBT the IPBT
+paper ran) plus ``task/toy_plain.py`` from ``AwesomeLemon/PBT-Zoo``; how to get them
+is in ``run_side_by_side.py``. :func:`prepare` writes five files into it and
+changes none of the authors' files:
+
+- ``task/toy_plain_fresh.py`` (:data:`FRESH_TASK`): IPBT's restart builds a fresh
+  model (``task.get_fresh_model``) and shrink-perturbs the checkpoint's
+  ``model_state_dict`` parameter by parameter, which needs a name -> tensor dict;
+  ToyPlain stores theta as a bare tensor and has no model. The adapter keeps the
+  state as ``{"theta": theta}``, hands ToyPlain the bare tensor, and its fresh
+  model is one parameter ``theta = 0.9``. The arithmetic is ToyPlain's own. BG-PBT
+  (``reinit_weights_strategy: copy``) never touches the weights and runs ToyPlain
+  as it is;
+- ``search_space/cs_int_indices.py`` (:data:`INT_INDICES_SPACE`): the authors' BG-PBT
+  (``algo/bgpbt.py``) stops at its first explore on a space without integer
+  hyperparameters: ``get_int_indices()`` returns ``[]``, ``np.array([])`` is a float
+  array, and ``_compute_limits`` indexes with it (``IndexError: arrays used as indices
+  must be of integer (or boolean) type``; the paper's spaces all had integers, and
+  ``algo/ipbt.py`` guards the same lines with ``if len(int_dims) > 0``). The adapter
+  returns the same indices as an integer array, which every caller wraps in
+  ``np.array`` unchanged; BG-PBT's config uses it, IPBT's keeps the authors' class;
+- ``config/toyplain_{ipbt,bgpbt}.yaml`` (:func:`config_text`): pop 8, ``t_step`` 10,
+  ``t_max`` 1000, PBT-Zoo's ToyPlain space (``lr`` uniform on [1e-4, 1.1]) and seed
+  base (71173, plus the seed);
+- ``run_cpu.py`` (:data:`LAUNCHER`), which runs ``run.py``'s ``main`` after one CPU
+  override: ``BaseAlgo._task_fn_ray``, the Ray task that trains or scores one member,
+  is declared with a quarter of a GPU, and Ray gives a task that asks for a GPU
+  ``max_calls=1``, a new worker process per call, so that GPU memory is freed. On
+  the CPU that frees nothing and costs a process start (seconds on 2 cores) per
+  member and round, hours per run on a toy whose training takes microseconds. The
+  launcher declares the same function without the GPU, so Ray reuses its workers;
+  ``.options(num_cpus=..., num_gpus=...)`` at each call, the authors' code, sets
+  the resources as before. What a call computes does not change.
+
+The other CPU settings are Hydra overrides on the command line (:func:`command`):
+``general.num_gpus=0 general.num_cpus=1`` for the training tasks, the run folder
+for ``path.dir_exp`` (the authors' ``base.yaml`` points at their cluster), and
+``server.ray_address=null`` so that ``run.py``'s ``ray.init`` starts a private Ray
+instance for the run and stops it at exit. ``run.py`` builds the task in a Ray task
+that asks for a quarter of a GPU, which never schedules on a machine without one:
+:func:`environment` gives that private instance one CPU and one logical GPU
+(``RAY_OVERRIDE_RESOURCES``; the training tasks ask for none), one BLAS thread
+(the 2-core machine runs one heavy process at a time), and
+``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` so ``torch.load`` unpickles the authors' own
+checkpoints as their torch 2.0 did.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ALGOS = {"BGPBT": "bgpbt", "IPBT": "ipbt"}
+"""pbx's ``--search`` name -> the reference's ``config/algo`` name."""
+SEED_BASE = 71173
+"""PBT-Zoo's seed base for the toy tasks (``config/toyplain_*_00.yaml``); a run's seed is this plus its offset."""
+NEEDED = ["run.py", "utils.py", "algo/base.py", "algo/bayes_mixin.py", "algo/pbt.py", "algo/pbt_utils.py",
+          "algo/plot_utils.py", "algo/bgpbt.py", "algo/bgpbt_utils.py", "algo/ipbt.py", "algo/ipbt_utils.py",
+          "search_space/cs.py", "config/base.yaml", "config/algo/ipbt.yaml", "config/algo/bgpbt.yaml",
+          "task/toy_plain.py"]
+"""The checkout's files a run reads (the authors' code, and PBT-Zoo's ToyPlain)."""
+
+FRESH_TASK = '''"""Adapter written by pbx's side-by-side (benchmarks/peers/ipbt/reference.py), not the authors' code.
+
+ToyPlain with what IPBT's restart needs: a fresh model (get_fresh_model) and a model_state_dict that maps
+parameter names to tensors, {"theta": theta}. ToyPlain itself computes every step and score.
+"""
+import torch
+
+from task.toy_plain import ToyPlainTask
+
+
+class ToyPlainModel(torch.nn.Module):
+    """ToyPlain's fresh weights as a module: one parameter, theta = 0.9 (ToyPlain's prepare_initial_ckpt)."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.theta = torch.nn.Parameter(torch.tensor([0.9] * n))
+
+
+class ToyPlainFreshModelTask(ToyPlainTask):
+    def __call__(self, seed, solution, t, t_step, cpkt_loaded, tb_dir, only_evaluate):
+        bare = dict(cpkt_loaded, model_state_dict=cpkt_loaded['model_state_dict']['theta'].detach().clone())
+        out = super().__call__(seed, solution, t, t_step, bare, tb_dir, only_evaluate)
+        if 'dict_to_save' in out:
+            out['dict_to_save'] = {'model_state_dict': {'theta': out['dict_to_save']['model_state_dict']}}
+        return out
+
+    def prepare_initial_ckpt(self, solution):
+        return {'model_state_dict': {'theta': super().prepare_initial_ckpt(solution)['model_state_dict']}}
+
+    def get_fresh_model(self, solution):
+        return ToyPlainModel(len(solution))
+'''
+
+
+LAUNCHER = '''"""Launcher written by pbx's side-by-side (benchmarks/peers/ipbt/reference.py), not the authors' code.
+
+Runs run.py's main with the per-member Ray task declared without a GPU, so that Ray reuses its workers (a task
+declared with a GPU gets max_calls=1: a new process per call, to free GPU memory, which a CPU run does not use).
+"""
+import os
+import runpy
+
+import ray
+
+import algo.base
+
+_declared = algo.base.BaseAlgo.__dict__['_task_fn_ray'].__func__  # the RemoteFunction: num_cpus=1, num_gpus=0.25
+algo.base.BaseAlgo._task_fn_ray = staticmethod(ray.remote(num_cpus=1, num_gpus=0)(_declared._function))
+
+if __name__ == '__main__':
+    here = os.path.dirname(os.path.abspath(__file__))
+    runpy.run_path(os.path.join(here, 'run.py'), run_name='__main__')
+'''
+
+
+INT_INDICES_SPACE = '''"""Written by pbx's side-by-side (benchmarks/peers/ipbt/reference.py), not the authors' code.
+
+The authors' search space with get_int_indices as an integer array: algo/bgpbt.py indexes arrays with
+np.array(get_int_indices()), a float array (an IndexError) when the space has no integer hyperparameter.
+"""
+import numpy as np
+
+from search_space.cs import ConfigSpaceSearchSpace
+
+
+class ConfigSpaceSearchSpaceIntIndices(ConfigSpaceSearchSpace):
+    def get_int_indices(self):
+        return np.array(super().get_int_indices(), dtype=int)
+'''
+
+
+def config_text(algo: str) -> str:
+    """The Hydra config of a ToyPlain run of ``algo`` (``bgpbt`` or ``ipbt``)."""
+    task = "task.toy_plain_fresh.ToyPlainFreshModelTask" if algo == "ipbt" else "task.toy_plain.ToyPlainTask"
+    space = "search_space.cs.ConfigSpaceSearchSpace" if algo == "ipbt" else \
+        "search_space.cs_int_indices.ConfigSpaceSearchSpaceIntIndices"
+    return f"""# Written by pbx's side-by-side (benchmarks/peers/ipbt/reference.py), not the authors' code.
+defaults:
+  - base
+  - algo: {algo}
+  - _self_
+
+general:
+  exp_name: '{algo}_toyplain'
+  seed_base: {SEED_BASE}
+
+algo:
+  pop_size: 8
+  t_step: 10
+  t_max: 1000
+
+task:
+  _target_: {task}
+  t_max: ${{algo.t_max}}
+
+search_space:
+  _target_: {space}
+  hyperparameters:
+    - name: lr
+      type: Float
+      distribution: Uniform
+      bounds: [ 1e-4, 1.1 ]
+      log: False
+"""
+
+
+def prepare(checkout: Path) -> None:
+    """Write the adapter and the configs into ``checkout``; raise if a file a run reads is missing."""
+    missing = [name for name in NEEDED if not (checkout / name).is_file()]
+    if missing:
+        raise SystemExit(f"{checkout}: not a checkout of AwesomeLemon/IPBT with PBT-Zoo's task/toy_plain.py "
+                         f"(missing {', '.join(missing)}); see run_side_by_side.py's docstring")
+    (checkout / "task" / "toy_plain_fresh.py").write_text(FRESH_TASK)
+    (checkout / "run_cpu.py").write_text(LAUNCHER)
+    (checkout / "search_space" / "cs_int_indices.py").write_text(INT_INDICES_SPACE)
+    for algo in ALGOS.values():
+        (checkout / "config" / f"toyplain_{algo}.yaml").write_text(config_text(algo))
+
+
+def command(python: str, checkout: Path, algo: str, seed: int, folder: Path) -> list[str]:
+    """The command that runs ``algo`` (pbx's name) with ``seed`` into ``folder`` (which ``run.py`` empties)."""
+    name = ALGOS[algo]
+    return [python, str(checkout / "run_cpu.py"), "--config-name", f"toyplain_{name}",
+            f"++general.seed_offset={seed}", f"path.dir_exp={folder}", f"path.dir_my={folder.parent}",
+            "general.num_gpus=0", "general.num_cpus=1", "++server.ray_address=null",
+            f"hydra.run.dir={folder.parent / '.hydra' / folder.name}", "hydra.job.chdir=False"]
+
+
+def environment(checkout: Path) -> dict[str, str]:
+    """The process environment of a reference run: the checkout importable (by the driver and Ray's
+    workers), the private Ray instance's resources, torch.load as torch 2.0 had it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES")}
+    env.update(PYTHONPATH=str(checkout), RAY_OVERRIDE_RESOURCES='{"CPU": 1, "GPU": 1}',
+               TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               RAY_DEDUP_LOGS="0", MPLBACKEND="Agg")
+    return env
