@@ -2,7 +2,8 @@
 
 The checkpoint is a member's file of the run's last finished round; ``best`` is
 that round's best member on *train* score (:func:`pbx.history.best_rows`: the
-test set never selects). The member is rebuilt from the run's ``config.yaml``
+test set never selects), and ``kept`` the best of it and each generation's best
+that a restart kept (:func:`pbx.history.member_row`). The member is rebuilt from the run's ``config.yaml``
 and loads the file as a donor's (``own=False``: the policy, not the training
 envs), then plays through its own :meth:`~pbx.members.ppo.ppo.PPOMember.play`, the
 code behind its test score each round: on the test levels (ProcGen's
@@ -30,7 +31,7 @@ from pbx.console import counted, format_score
 from pbx.envs import is_procgen
 from pbx.errors import UsageError
 from pbx.files import durable_write
-from pbx.history import last_round_row
+from pbx.history import member_row
 from pbx.members import MemberContext
 from pbx.reporting.runs import load_run
 from pbx.rollout import Played
@@ -55,10 +56,12 @@ class Target:
     member: int
     round: int
     steps: int
+    kept: bool = False
+    """Whether the checkpoint is one a restart kept (``--member kept``), not of the last round."""
 
     @property
     def checkpoint(self) -> Path:
-        return self.run_dir.checkpoint(self.member, self.round)
+        return (self.run_dir.kept_checkpoint if self.kept else self.run_dir.checkpoint)(self.member, self.round)
 
     def load_member(self, device: str | None = None) -> Any:
         """The member rebuilt from the run's config with the checkpoint loaded as a donor's (the learner, not
@@ -99,7 +102,8 @@ class Score:
 
 
 def find_target(path: Path, member: str = "best") -> Target:
-    """The checkpoint of ``member`` (an id, or ``best``) after the last finished round of the run in ``path``.
+    """The checkpoint of ``member`` (an id, or ``best``) after the last finished round of the run in ``path``,
+    or the one ``kept`` picks.
 
     Raises :class:`UsageError` for a missing or damaged run folder, a run of an env without episodes (the
     toy), a member not in the population, a missing checkpoint file, or a member whose replay buffer would not
@@ -114,11 +118,13 @@ def find_target(path: Path, member: str = "best") -> Target:
     if not hasattr(cfg.member_cls, "play"):
         raise UsageError(f"{path} trains {cfg.run.env}, which has no episodes to play: pbx.evaluate and pbx.export "
                          f"take SB3 members (a ProcGen game or a gymnasium id)")
-    row = last_round_row(run.frame, member)
-    target = Target(run_dir, cfg, int(row["member"]), int(row["round"]), int(row["steps"]))
+    row = member_row(run.frame, member)
+    last = int(run.frame["round"].max())
+    target = Target(run_dir, cfg, int(row["member"]), int(row["round"]), int(row["steps"]), int(row["round"]) < last)
     if not target.checkpoint.is_file():
+        which = "kept at the restart after it" if target.kept else "the run's last finished round"
         raise UsageError(f"{target.checkpoint}: missing checkpoint of member {target.member} after round "
-                         f"{target.round}, the run's last finished round; the run folder is damaged")
+                         f"{target.round}, {which}; the run folder is damaged")
     return target
 
 

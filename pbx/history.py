@@ -260,15 +260,27 @@ def best_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.loc[picks].reset_index(drop=True)
 
 
-def last_round_row(frame: pd.DataFrame, member: str | int) -> pd.Series:
-    """The last round's row of ``member``: a member id, or ``best``, the best member on train score (the
-    test set never selects). A :class:`UsageError` names a member the run does not have (``--member``)."""
+def generation_ends(frame: pd.DataFrame) -> list[int]:
+    """The rounds that ended a generation: each round after which a restart round began (BG-PBT, IPBT)."""
+    marks = frame.groupby("round")["restart"].first() if "restart" in frame else pd.Series(dtype=bool)
+    return [int(r) - 1 for r, restart in marks.items() if restart and r > 0]
+
+
+def member_row(frame: pd.DataFrame, member: str | int) -> pd.Series:
+    """The row of ``member`` (``--member``): a member id, or ``best``, the best member on train score, in the
+    last round; or ``kept``, the best on train score among each generation's best member (kept at the restart
+    that ended it: :meth:`pbx.run_dir.RunDir.keep`) and the last round's, the newest on a tie (a run that never
+    restarted: ``best``). The test set never selects. A :class:`UsageError` names a member the run does not
+    have."""
     last = frame[frame["round"] == frame["round"].max()]
     if str(member) == "best":
         return best_rows(last).iloc[0]
+    if str(member) == "kept":
+        newest_first = best_rows(frame[frame["round"].isin([*generation_ends(frame), last["round"].iloc[0]])]).iloc[::-1]
+        return newest_first.iloc[rank_best_first(newest_first["score"].to_numpy(dtype=float))[0]]
     ids = last["member"].astype(int).tolist()
     if not str(member).isdigit() or int(member) not in ids:
-        raise UsageError(f"--member must be best or a member of the run ({min(ids)} to {max(ids)}), "
+        raise UsageError(f"--member must be best, kept or a member of the run ({min(ids)} to {max(ids)}), "
                          f"got {member!r}")
     return last[last["member"] == int(member)].iloc[0]
 

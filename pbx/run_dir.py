@@ -5,6 +5,8 @@
     runs/<name>/curves.csv            the scores members took within each round (pbx.curves)
     runs/<name>/strategy.csv          the strategy's reasons, one row per decision that changes a member
     runs/<name>/checkpoints/          member_<i>.r<round>.ckpt, the latest finished round
+    runs/<name>/kept/                 member_<i>.r<round>.ckpt, the best member's of each round that a restart
+                                      (BG-PBT, IPBT) ended a generation after: ``--member kept`` picks among them
     runs/<name>/tb/                   TensorBoard, one sub-folder per member plus ``population``
     runs/<name>/report/               plots and tables written by ``python -m pbx.report``
 
@@ -24,6 +26,7 @@ import contextlib
 import fcntl
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection, Iterator
@@ -57,6 +60,10 @@ class RunDir:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
+
+    @property
+    def kept(self) -> Path:
+        return self.path / "kept"
 
     @property
     def tb(self) -> Path:
@@ -102,6 +109,26 @@ class RunDir:
 
     def checkpoint(self, member: int, round_: int) -> Path:
         return self.checkpoints / f"member_{member}.r{round_}.ckpt"
+
+    def kept_checkpoint(self, member: int, round_: int) -> Path:
+        return self.kept / self.checkpoint(member, round_).name
+
+    def keep(self, member: int, round_: int) -> None:
+        """Keep ``member``'s checkpoint of ``round_`` past the prune, in ``kept/``: what ``--member kept`` loads,
+        as a donor's (an off-policy member's replay segments beside it are its own training state, not needed).
+
+        A hard link, so a kept member costs no disk (a checkpoint is only ever replaced by a rename, never
+        written in place), made under a temporary name and renamed: the file is whole or absent.
+        """
+        self.kept.mkdir(exist_ok=True)
+        final = self.kept_checkpoint(member, round_)
+        partial = final.with_name(final.name + ".tmp")
+        partial.unlink(missing_ok=True)
+        try:
+            os.link(self.checkpoint(member, round_), partial)
+        except OSError:  # a file system without hard links
+            shutil.copy2(self.checkpoint(member, round_), partial)
+        os.replace(partial, final)
 
     def prune_checkpoints(self, keep_round: int, members: Collection[int] | None = None) -> None:
         """Delete every checkpoint not of ``keep_round`` (older ones, or newer ones a kill left half written).

@@ -30,7 +30,7 @@ import pandas as pd
 from pbx.config import RunConfig, resolve
 from pbx.settings import load_yaml
 from pbx.errors import UsageError
-from pbx.history import BASE_COLUMNS, RESULT_ROLE, History, complete_rounds, last_round_row, read_csv, results
+from pbx.history import BASE_COLUMNS, RESULT_ROLE, History, complete_rounds, member_row, read_csv, results
 from pbx.run_dir import RunDir
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def plan_replay(path: Path, member: str | int = "best", seed: int | None = None)
     if frame["restart"].any():
         raise UsageError(f"{folder.history}: the population restarted (--search {cfg.run.search}): a restart re-makes "
                          f"the weights and may change the rounds' length, which a schedule of configs cannot replay")
-    row = last_round_row(frame, member)
+    row = member_row(frame, member)
     chosen = int(row["member"])
     if row["role"] != RESULT_ROLE:
         kept = sorted(set(results(frame)["member"].astype(int)))

@@ -89,13 +89,19 @@ def finite_mean(values: list[float]) -> float:
 
 
 def headline_of(rows: list[Row], k: int = LAST_K) -> list[float]:
-    """Best member's, population mean's and last-k (train, test), flat, computed here without pandas."""
+    """Best member's, population mean's, last-k's and the two areas' (train, test), flat, computed here without
+    pandas. These runs' rounds are equally long, so an area is the plain mean over the rounds with the score."""
     last = max(r.round for r in rows)
     population = [row for row in rows if row.round == last]
     recent = [best_of_round(rows, r) for r in range(max(0, last + 1 - k), last + 1)]
+    every = [best_of_round(rows, r) for r in range(last + 1)]
+    means = [(finite_mean([row.score for row in rows if row.round == r]),
+              finite_mean([row.test_score for row in rows if row.round == r])) for r in range(last + 1)]
     return [*final_of(rows), finite_mean([row.score for row in population]),
             finite_mean([row.test_score for row in population]),
-            finite_mean([train for train, _ in recent]), finite_mean([test for _, test in recent])]
+            finite_mean([train for train, _ in recent]), finite_mean([test for _, test in recent]),
+            *(finite_mean([pair[i] for pair in every]) for i in (0, 1)),
+            *(finite_mean([pair[i] for pair in means]) for i in (0, 1))]
 
 
 def mean_std_text(values: list[float]) -> str:
@@ -170,12 +176,13 @@ def test_comparison_table_has_mean_std_of_the_headline_numbers(runs: dict[Path, 
     header = table_row(table, "strategy")
     assert header[2:] == ["best member: train", "best member: test", "population mean: train",
                           "population mean: test", f"best member, mean of last {LAST_K} rounds: train",
-                          f"best member, mean of last {LAST_K} rounds: test"]
+                          f"best member, mean of last {LAST_K} rounds: test", "best member, area: train",
+                          "best member, area: test", "population mean, area: train", "population mean, area: test"]
     for search in STRATEGIES:
         heads = [headline_of(rows) for path, rows in runs.items() if f"-{search}-" in path.name]
         cells = table_row(table, search)
         assert cells[1] == "3"
-        assert cells[2:] == [mean_std_text([head[i] for head in heads]) for i in range(6)]
+        assert cells[2:] == [mean_std_text([head[i] for head in heads]) for i in range(10)]
     assert "(2 of 3)" in table_row(table, "PBT")[3]  # PBT seed 0 has no test score
     assert sum(line.startswith("| P") for line in table.splitlines()) == len(STRATEGIES)  # one row each
     assert "no selection on the test set" in table and "Population mean: the mean over all members" in table
@@ -186,9 +193,30 @@ def test_headline_numbers_differ_where_the_best_member_overstates(runs: dict[Pat
     last-k mean averages rounds with a test score only (PB2 tests every third round)."""
     path, rows = next((p, r) for p, r in runs.items() if "PB2" in p.name)
     head = headline(load_run(path))
-    assert [*head.best, *head.population, *head.last_k] == pytest.approx(headline_of(rows), nan_ok=True)
+    assert [*head.best, *head.population, *head.last_k, *head.area, *head.population_area] == pytest.approx(
+        headline_of(rows), nan_ok=True)
     assert head.population[0] < head.best[0] and head.k == LAST_K
     assert head.last_k[1] == pytest.approx(statistics.mean(best_of_round(rows, r)[1] for r in (6, 9)))
+    assert head.area[1] == pytest.approx(statistics.mean(best_of_round(rows, r)[1] for r in (0, 3, 6, 9)))
+    assert head.population_area[0] < head.area[0] < head.best[0]  # these scores climb: the past drags
+
+
+def test_area_weights_each_round_by_the_steps_it_trained(tmp_path: Path) -> None:
+    """IPBT doubles its rounds after a restart: rounds of 100, 100 and 200 steps (in the third round the other
+    members were skipped, so their steps stay behind) weigh 1:1:2, and a round with no test score drops out
+    of the test area's weights, not into them as 0."""
+    make_run(tmp_path / "run", "PBT", 0)
+    (tmp_path / "run" / "history.csv").unlink()
+    steps, best, rest, tests = [(100, 100), (200, 200), (400, 200)], [1.0, 2.0, 4.0], [0.0, 1.0, 3.0], \
+        [3.0, math.nan, 5.0]
+    rows = [Row(m, r, steps[r][min(m, 1)], 1.0, best[r] if m == 0 else rest[r], tests[r] if m == 0 else math.nan,
+                m, False, SPACE.initial()) for r in range(3) for m in range(POP)]
+    HistoryLog(tmp_path / "run" / "history.csv", SPACE, POP).append(rows)
+    head = headline(load_run(tmp_path / "run"))
+    assert head.area == pytest.approx(((1 * 100 + 2 * 100 + 4 * 200) / 400, (3 * 100 + 5 * 200) / 300))
+    means = [(b + (POP - 1) * o) / POP for b, o in zip(best, rest)]
+    assert head.population_area[0] == pytest.approx((means[0] * 100 + means[1] * 100 + means[2] * 200) / 400)
+    assert head.best == (4.0, 5.0) and head.last_k[0] == pytest.approx(7 / 3)
 
 
 def test_best_member_ranks_nan_last_and_ties_to_lowest_id() -> None:
@@ -271,25 +299,33 @@ def test_missing_run_dir_argument_is_one_line_and_exit_2() -> None:
 
 def test_real_toy_run_reports_population_mean_and_last_k_beside_the_best_member(tmp_path: Path) -> None:
     """A run folder written by the runner (not by ``make_run``): the command line's summary and table
-    carry the headline numbers read off the runner's own history, with ``--last-k``."""
+    carry the headline numbers read off the runner's own history, with ``--last-k``; its rounds are equally
+    long, so the areas are means over the rounds."""
     frame = run_toy(tmp_path / "run", search="random", max_budget=40).frame
     last = frame[frame["round"] == frame["round"].max()]
-    best = best_rows(frame).tail(3)
-    assert len(last) == 4 and len(best) == 3 and last["test_score"].notna().all()
+    every = best_rows(frame)
+    best = every.tail(3)
+    per_round = frame.groupby("round")[["score", "test_score"]].mean()
+    assert len(last) == 4 and len(best) == 3 and len(every) > 3 and last["test_score"].notna().all()
     expected = [*best.iloc[-1][["score", "test_score"]], last["score"].mean(), last["test_score"].mean(),
-                best["score"].mean(), best["test_score"].mean()]
+                best["score"].mean(), best["test_score"].mean(), every["score"].mean(), every["test_score"].mean(),
+                *per_round.mean()]
     assert expected[0] > expected[2]  # random search: the best member is a maximum over different configs
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
         assert main([str(tmp_path / "run"), "--out", str(tmp_path / "out"), "--last-k", "3"]) == 0
     assert str(tmp_path / "out" / "comparison.md") in stdout.getvalue().splitlines()
     summary = (tmp_path / "run" / "report" / "summary.md").read_text()
-    train, test, pop_train, pop_test, k_train, k_test = (f"{value:.4g}" for value in expected)
+    cells = [f"{value:.4g}" for value in expected]
+    train, test, pop_train, pop_test, k_train, k_test, area_train, area_test, pop_area_train, pop_area_test = cells
     assert f"**Final score: train {train}, test {test}**" in summary
     assert f"Population mean in the last round: train {pop_train}, test {pop_test}." in summary
     assert f"Best member's mean over the last 3 rounds: train {k_train}, test {k_test}." in summary
+    assert (f"(the area): best member train {area_train}, test {area_test}; population mean train "
+            f"{pop_area_train}, test {pop_area_test}." in summary)
+    assert area_train != k_train  # the toy's scores climb, so the whole run's mean is not the last rounds'
     table = (tmp_path / "out" / "comparison.md").read_text()
-    assert table_row(table, "random")[1:] == ["1", train, test, pop_train, pop_test, k_train, k_test]
+    assert table_row(table, "random")[1:] == ["1", *cells]
     assert "mean of last 3 rounds" in table_row(table, "strategy")[6]
     # make_run writes what the runner writes, but for the hyperparameter columns
     make_run(tmp_path / "made", "random", 0)

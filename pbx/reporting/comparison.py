@@ -23,7 +23,7 @@ import numpy as np
 from pbx.reporting import stats
 from pbx.reporting.games import PUBLISHED_LABEL, PUBLISHED_NOTE, published_for
 from pbx.reporting.plots import Profile, plot_comparison, plot_intervals, plot_profiles
-from pbx.reporting.scores import FINAL_SCORE_NOTE, headline, score_title
+from pbx.reporting.scores import BESIDE, FINAL_SCORE_NOTE, headline, score_title
 from pbx.reporting.study import COLUMNS, Study, runs_of
 from pbx.reporting.tables import Table, estimate_cell, latex_document, markdown, markdown_table, mean_std
 
@@ -33,7 +33,7 @@ Summaries = Mapping[str, stats.Summary]
 
 def write_comparison(study: Study, out: Path, score: str) -> list[Path]:
     """Write the comparison files (module docstring) of ``study`` on the run score ``score`` into ``out``."""
-    kinds = [score] + (["population"] if score == "best" else [])
+    kinds = [score] + ([BESIDE[score]] if score in BESIDE else [])
     summaries = {kind: {key: study.summary(kind, i) for i, (key, _) in enumerate(COLUMNS)} for kind in kinds}
     tables = [_aggregate_table(study, kind, summaries[kind]) for kind in kinds]
     if len(study.games) > 1 or any(_published(study, game) for game in study.games):
@@ -140,16 +140,18 @@ def _headline_table(study: Study) -> str:
     for game in study.games:
         for label in study.labels:
             heads = [headline(run, study.k) for run in study.cells[label][game]]
-            numbers = np.array([[*h.best, *h.population, *h.last_k] for h in heads])
+            numbers = np.array([[*h.best, *h.population, *h.last_k, *h.area, *h.population_area] for h in heads])
             rows.append([*([game] if several else []), label, str(len(heads)),
-                         *(mean_std(numbers[:, i]) for i in range(6))])
+                         *(mean_std(column) for column in numbers.T)])
     k = study.k
     return "\n".join([
         f"# Final scores on {', '.join(study.games)}", "",
         markdown_table([*(["game"] if several else []), "strategy", "n runs", "best member: train",
                         "best member: test", "population mean: train", "population mean: test",
                         f"best member, mean of last {k} rounds: train",
-                        f"best member, mean of last {k} rounds: test"], rows), "",
+                        f"best member, mean of last {k} rounds: test", "best member, area: train",
+                        "best member, area: test", "population mean, area: train", "population mean, area: test"],
+                       rows), "",
         FINAL_SCORE_NOTE + " Raw scores, mean ± sample standard deviation (ddof=1) over runs; "
         "n/a where no run has a score; `(m of n)` where only m runs have one.", "", *_notes(study),
         "Runs:", *runs_of(study, study.labels), "",
@@ -157,7 +159,7 @@ def _headline_table(study: Study) -> str:
 
 
 def _plot_curves(study: Study, score: str, path: Path) -> Path:
-    per_round = "population mean per round" if score == "population" else "best member per round"
+    per_round = "population mean per round" if score in BESIDE.values() else "best member per round"
     panels = [(f"{key} score, {per_round}", [band for label in study.labels
                                              if (band := study.band(label, score, column))])
               for key, column in COLUMNS]

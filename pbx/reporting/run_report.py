@@ -59,7 +59,9 @@ def _run_summary(run: Run, k: int) -> str:
         f"**Final score: train {fmt(train)}, test {fmt(test)}** (member {best}). "
         f"Population mean in the last round: train {fmt(head.population[0])}, test {fmt(head.population[1])}. "
         f"Best member's mean over the last {head.k} rounds: train {fmt(head.last_k[0])}, "
-        f"test {fmt(head.last_k[1])}.", "",
+        f"test {fmt(head.last_k[1])}. Over the run, per step trained (the area): best member train "
+        f"{fmt(head.area[0])}, test {fmt(head.area[1])}; population mean train {fmt(head.population_area[0])}, "
+        f"test {fmt(head.population_area[1])}.", "",
         markdown_table(header, rows), "",
         "Scores and configs are the members' in the last round. " + FINAL_SCORE_NOTE, "",
         *_category_shares(run),

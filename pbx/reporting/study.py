@@ -21,10 +21,7 @@ from pbx.reporting.games import Ranges, normalise
 from pbx.reporting.plots import Band
 from pbx.reporting.pooling import Pooled
 from pbx.reporting.runs import Run
-from pbx.reporting.scores import run_score, score_curve
-
-COLUMNS = (("train", "score"), ("test", "test_score"))
-"""Each score a table shows: its key and its history column."""
+from pbx.reporting.scores import COLUMNS, run_score, score_curve
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,10 @@ to ``history.csv`` (fsynced: from here on a kill loses nothing), deletes the oth
 rounds' checkpoints, asks the strategy for decisions with the round's generator
 and has the executor apply them. The decisions say whether the next round
 restarts the population, which may change its length (IPBT): the plan grows a
-round at a time, and the run ends with the round that reaches ``max_budget``. A
-strategy that starts more members than it keeps (:meth:`Strategy.initial_size`)
+round at a time, and the run ends with the round that reaches ``max_budget``.
+Before a restart re-makes the members, the generation's best member's checkpoint
+is kept (``kept/``), as the reference BG-PBT and IPBT keep each generation's best
+to answer with the best of them (``--member kept``). A strategy that starts more members than it keeps (:meth:`Strategy.initial_size`)
 has them all train round 0; the decisions after it copy the kept ones into
 members ``0 .. pop_size - 1``, and the executor drops the rest.
 
@@ -36,7 +38,7 @@ from typing import Callable, Collection, ContextManager, Mapping, Sequence, Type
 
 from pbx.config import RunConfig
 from pbx.errors import UsageError
-from pbx.history import History, Row
+from pbx.history import History, Row, best_rows
 from pbx.plan import Plan
 from pbx.run_dir import RunDir
 from pbx.runners.common import RunRecorder, eval_seed, initial_configs, round_rng, torch_state_kept
@@ -203,12 +205,12 @@ class RoundLoop:
                 # Shared only once the round is in the history: from then on its checkpoints are
                 # what a resume starts from, and the older ones can go.
                 wall_s = time.perf_counter() - start_time
-                decisions = executor.share(lambda: self._record(recorder, r, trained, wall_s))
+                decisions, keep = executor.share(lambda: self._record(recorder, r, trained, wall_s))
                 with executor.together():
                     self.run_dir.prune_checkpoints(keep_round=r, members=executor.owned)
                 if self.plan.is_last(r):
                     return recorder.history if recorder is not None else None
-                restart = self._apply(decisions, r)
+                restart = self._apply(decisions, r, keep)
                 r += 1
                 self.plan.add(restart, cfg.round_cost(r, restart))
         finally:
@@ -249,11 +251,13 @@ class RoundLoop:
         with self.executor.together():
             self.run_dir.prune_checkpoints(keep_round=last, members=self.executor.owned)
         self.executor.restore(last, steps)
-        return self._apply(self.executor.share(lambda: self._redecide(recorder, last)), last)
+        decisions, keep = self.executor.share(lambda: self._redecide(recorder, last))
+        return self._apply(decisions, last, keep)
 
     def _record(self, recorder: RunRecorder | None, r: int, trained: Sequence[Trained],
-                wall_s: float) -> list[Decision]:
-        """Write round ``r`` to the history and print its line; the decisions taken after it (coordinator only)."""
+                wall_s: float) -> tuple[list[Decision], int | None]:
+        """Write round ``r`` to the history and print its line; the decisions taken after it and the member to
+        keep (:func:`_kept`; coordinator only)."""
         assert recorder is not None
         history = recorder.round_done(self._rows(recorder.history, r, trained, wall_s))
         decisions = [] if self.plan.is_last(r) else self._decide(history, r)
@@ -262,14 +266,15 @@ class RoundLoop:
             if row.carried:
                 notes[row.member] = "; ".join(filter(None, (notes.get(row.member), "its last score carried")))
         recorder.decided(r, decisions, notes, self.plan.rounds_estimate())
-        return decisions
+        return decisions, _kept(history, r, decisions)
 
-    def _redecide(self, recorder: RunRecorder | None, last: int) -> list[Decision]:
-        """The decisions taken after round ``last``, again, for a resume (coordinator only)."""
+    def _redecide(self, recorder: RunRecorder | None, last: int) -> tuple[list[Decision], int | None]:
+        """The decisions taken after round ``last``, again, for a resume, and the member to keep (coordinator
+        only)."""
         assert recorder is not None
         decisions = self._decide(recorder.history, last)
         recorder.record_decisions(last, decisions)
-        return decisions
+        return decisions, _kept(recorder.history, last, decisions)
 
     def _rows(self, history: History, r: int, trained: Sequence[Trained], wall_s: float) -> list[Row]:
         """The round's history rows. A member that scored NaN without diverging (no training episode both
@@ -307,8 +312,13 @@ class RoundLoop:
             decisions.append(d)
         return decisions
 
-    def _apply(self, decisions: Sequence[Decision], r: int) -> bool:
-        """Carry out the decisions taken after round ``r``; whether they restart the population."""
+    def _apply(self, decisions: Sequence[Decision], r: int, keep: int | None) -> bool:
+        """Keep member ``keep``'s checkpoint of round ``r`` (when not None) and carry out the decisions taken after
+        the round; whether they restart the population."""
+        if keep is not None:
+            with self.executor.together():
+                if keep in self.executor.owned:  # the process that wrote the file (on MPI, maybe another disk)
+                    self.run_dir.keep(keep, r)
         self.executor.apply(decisions, r)
         # The decisions name every member of the next round: a larger population's cut (round 0, a restart)
         # drops the others; a restart's candidates past pop_size were built by the apply.
@@ -316,6 +326,15 @@ class RoundLoop:
         restart = any(d.restart for d in decisions)
         self.lineage = {d.member: (d.donor, d.explored, restart) for d in decisions}
         return restart
+
+
+def _kept(history: History, r: int, decisions: Sequence[Decision]) -> int | None:
+    """The member whose checkpoint of round ``r`` outlives the prune: when the decisions after the round restart
+    the population, the generation ends, and its best member on train score is kept, as the reference's BG-PBT
+    and IPBT keep each generation's best to answer with the best of them (``--member kept``)."""
+    if not any(d.restart for d in decisions):
+        return None
+    return int(best_rows(history.round(r)).iloc[0]["member"])
 
 
 def _ignore(steps: int) -> None:
