@@ -33,8 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "configs agree. Prints the paths written.",
         epilog="Run scores (--score): best, the best member's train score in the last round and that member's "
                "test score (the default, with the population mean beside it); population, the mean over all "
-               "members in the last round; last-k, the best member's mean over the last K rounds; area and "
-               "population-area, the best member's and the population mean's score over the whole run, each "
+               "members in the last round; last-k, the best member's mean over the last K rounds; kept, BG-PBT's "
+               "and IPBT's answer (the best of the generations' best members, kept at restarts, and the final "
+               "one); area and population-area, the best member's and the population mean's score over the whole run, each "
                "round weighted by the steps it trained (with the other beside it). Example: "
                "python -m pbx.report sweeps/procgen_mix-bigfish sweeps/procgen_mix-coinrun --out results/mix",
     )

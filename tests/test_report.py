@@ -216,7 +216,20 @@ def test_area_weights_each_round_by_the_steps_it_trained(tmp_path: Path) -> None
     assert head.area == pytest.approx(((1 * 100 + 2 * 100 + 4 * 200) / 400, (3 * 100 + 5 * 200) / 300))
     means = [(b + (POP - 1) * o) / POP for b, o in zip(best, rest)]
     assert head.population_area[0] == pytest.approx((means[0] * 100 + means[1] * 100 + means[2] * 200) / 400)
-    assert head.best == (4.0, 5.0) and head.last_k[0] == pytest.approx(7 / 3)
+    assert head.best == (4.0, 5.0) and head.last_k[0] == pytest.approx(7 / 3) and head.kept == head.best
+
+
+def test_kept_answers_with_an_earlier_generations_best_when_it_scored_higher(tmp_path: Path) -> None:
+    """Round 2 restarts (IPBT's marks) after a generation whose best scored 6: the kept answer is that member's
+    (6, and no test score: round 1 took none), though the final best is 4; the best member stays the final."""
+    make_run(tmp_path / "run", "PBT", 0)
+    (tmp_path / "run" / "history.csv").unlink()
+    best, tests = [1.0, 6.0, 4.0], [3.0, math.nan, 5.0]
+    rows = [Row(m, r, 100 * (r + 1), 1.0, best[r] - m, tests[r] if m == 0 else math.nan, m, False, SPACE.initial(),
+                restart=r == 2) for r in range(3) for m in range(POP)]
+    HistoryLog(tmp_path / "run" / "history.csv", SPACE, POP).append(rows)
+    head = headline(load_run(tmp_path / "run"))
+    assert head.best == (4.0, 5.0) and head.kept[0] == 6.0 and math.isnan(head.kept[1])
 
 
 def test_best_member_ranks_nan_last_and_ties_to_lowest_id() -> None:

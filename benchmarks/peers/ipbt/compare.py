@@ -9,9 +9,9 @@ Two answers per run, each taken the same way on both sides:
 - **generation-end best**: the reference's own final answer (``best_info.yaml``,
   spec section 2.9): the best of the final population and of each finished
   generation's best member at its last round (``best_info_<t>.yaml``). pbx's run
-  gets the same rule from its history (the best of its last round and of each
-  round just before a restart round), so this column compares too; it differs from
-  the first only where a restart lost the lead.
+  gets the same rule from its history (``--member kept``: the best of its last round
+  and of each round just before a restart round), so this column compares too; it
+  differs from the first only where a restart lost the lead.
 
 Per algorithm and side: mean ± sd over seeds and the IQM with rliable's 95%
 stratified-bootstrap interval (``pbx.reporting.stats``); per algorithm,
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import yaml
 
+from pbx.history import generation_ends, member_row, read_csv
 from pbx.reporting.stats import AGGREGATES, interval_estimates, probability_of_improvement
 from pbx.reporting.tables import markdown_table
 
@@ -55,13 +55,9 @@ class Run:
 
 
 def pbx_run(folder: Path, marker: dict) -> Run:
-    frame = pd.read_csv(folder / "history.csv")
-    rounds = frame.groupby("round")
-    best = rounds["score"].max()
-    restarts = rounds["restart"].first().astype(str).str.lower().eq("true")
-    last = int(best.index.max())
-    ends = [best[last], *(best[r - 1] for r in restarts[restarts].index if r > 0)]
-    return Run(float(best[last]), float(max(ends)), int(restarts.sum()), marker["wall_s"],
+    frame = read_csv(folder / "history.csv")
+    final = member_row(frame, "best")["score"]
+    return Run(float(final), float(member_row(frame, "kept")["score"]), len(generation_ends(frame)), marker["wall_s"],
                float(frame["wall_s"].max()))
 
 
