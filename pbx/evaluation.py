@@ -121,6 +121,10 @@ def find_target(path: Path, member: str = "best") -> Target:
     row = member_row(run.frame, member)
     last = int(run.frame["round"].max())
     target = Target(run_dir, cfg, int(row["member"]), int(row["round"]), int(row["steps"]), int(row["round"]) < last)
+    if target.kept and not run_dir.kept.is_dir():
+        raise UsageError(f"{run_dir.kept}: no such folder: this run was trained before pbx kept each generation's "
+                         f"best member at a restart, so --member kept has no checkpoint of round {target.round}'s "
+                         f"best; use --member best")
     if not target.checkpoint.is_file():
         which = "kept at the restart after it" if target.kept else "the run's last finished round"
         raise UsageError(f"{target.checkpoint}: missing checkpoint of member {target.member} after round "

@@ -87,12 +87,14 @@ def test_kept_picks_the_best_generation_and_the_newest_on_a_tie() -> None:
 
 def test_a_kept_off_policy_member_loads_without_the_runs_replay_segments(tmp_path: Path) -> None:
     """An off-policy member keeps its replay buffer in segments beside its checkpoints, which the prune deletes:
-    a kept checkpoint loads (as ``--member kept`` loads it, a donor's) once they and the run's files are gone."""
+    a kept checkpoint loads (as ``--member kept`` loads it, a donor's) once they and the run's files are gone.
+    A run trained before pbx kept generations' bests (its history marked as restarted, no ``kept/``) is told so."""
     run = tmp_path / "dqn"
     assert train_main(["--env", "CartPole-v1", "--algo", "dqn", "--search", "none", "--batchsize", "1", "--device",
-                       "cpu", "--t_ready", "200", "--max_budget", "200", "-m", "buffer_size=1000", "learning_starts=64",
+                       "cpu", "--t_ready", "100", "--max_budget", "200", "-m", "buffer_size=1000", "learning_starts=64",
                        "net_arch=[16,16]", "eval_episodes=0", "train_freq=4", "--run-dir", str(run)]) == 0
-    target = find_target(run)
+    target = find_target(run, "kept")
+    assert not target.kept and target.round == 1
     assert any(".replay." in f.name for f in RunDir(run).checkpoints.iterdir())
     RunDir(run).keep(target.member, target.round)
     shutil.rmtree(RunDir(run).checkpoints)
@@ -101,3 +103,10 @@ def test_a_kept_off_policy_member_loads_without_the_runs_replay_segments(tmp_pat
         assert member.steps == 200 and member.model.replay_buffer.size() == 0  # the policy, not the buffer
     finally:
         member.close()
+    shutil.rmtree(RunDir(run).kept)
+    frame = pd.read_csv(RunDir(run).history, dtype=str)  # as written, but for the marks below
+    frame["restart"] = (frame["round"] == "1").map(str)
+    frame.loc[frame["round"] == "0", "score"] = "1000.0"  # round 0 ended a generation, and scored higher
+    frame.to_csv(RunDir(run).history, index=False)
+    with pytest.raises(UsageError, match="trained before pbx kept each generation's best"):
+        find_target(run, "kept")
