@@ -174,7 +174,7 @@ def _damage(run: Path, tmp_path: Path, case: str) -> list[str]:
     ("toy", "trains toy, which has no episodes to play"),
     ("no checkpoint", "member_0.r0.ckpt: missing checkpoint of member 0 after round 0"),
     ("garbage checkpoint", "member_0.r0.ckpt: unreadable checkpoint"),
-    ("member 1", "--member must be best or a member of the run (0 to 0), got '1'"),
+    ("member 1", "--member must be best, kept or a member of the run (0 to 0), got '1'"),
     ("bad video", "--video x.avi: the file must end in .mp4 or .gif"),
     ("0 episodes", "--episodes must be at least 1, got 0"),
 ])

@@ -84,7 +84,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
     for args, message in [
         ([str(tmp_path / "toy")], "trains toy, which has no episodes to play: pbx.evaluate and pbx.export take SB3 "
                                   "members"),
-        ([str(run), "--member", "3"], "--member must be best or a member of the run (0 to 0), got '3'"),
+        ([str(run), "--member", "3"], "--member must be best, kept or a member of the run (0 to 0), got '3'"),
         ([str(run), "--out", str(tmp_path / "file")], f"{tmp_path / 'file'}: File exists"),
     ]:
         assert export.main(args) == 2

@@ -185,7 +185,7 @@ def _damage(tmp_path: Path, case: str) -> list[str]:
     ("bad config", "not valid YAML"),
     ("torn middle row", "row 3 has"),
     ("no round", "no finished round yet, so no schedule to replay"),
-    ("member 4", "--member must be best or a member of the run (0 to 3), got '4'"),
+    ("member 4", "--member must be best, kept or a member of the run (0 to 3), got '4'"),
     ("member x", "got 'x'"),
     ("other t_ready", "the history does not match its config.yaml"),
 ])
