@@ -232,6 +232,24 @@ def test_kept_answers_with_an_earlier_generations_best_when_it_scored_higher(tmp
     assert head.best == (4.0, 5.0) and head.kept[0] == 6.0 and math.isnan(head.kept[1])
 
 
+def test_test_scores_taken_only_at_the_end_of_runs_that_end_apart_draw_no_test_curve(tmp_path: Path) -> None:
+    """IPBT's members end a few steps short of PBT's, and a run tested only after its last round has one test
+    point: the runs share no step to draw a test curve over, so the comparison draws the train curves alone."""
+    paths = []
+    for seed, end in ((0, 300), (1, 280)):
+        path = tmp_path / f"toy-PBT-s{seed}"
+        make_run(path, "PBT", seed)
+        (path / "history.csv").unlink()
+        rows = [Row(m, r, min(100 * (r + 1), end), 1.0, float(r + m), 1.0 if r == 2 else math.nan, m, False,
+                    SPACE.initial()) for r in range(3) for m in range(POP)]
+        HistoryLog(path / "history.csv", SPACE, POP).append(rows)
+        paths.append(str(path))
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main([*paths, "--out", str(tmp_path / "out"), "--reps", "20"]) == 0
+    assert (tmp_path / "out" / "comparison.png").stat().st_size > 20_000
+
+
 def test_best_member_ranks_nan_last_and_ties_to_lowest_id() -> None:
     rows = [Row(m, 0, 10, 1.0, score, 0.5 * m, m, False, SPACE.initial())
             for m, score in enumerate([math.nan, 2.0, 2.0, 1.0])]

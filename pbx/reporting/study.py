@@ -90,7 +90,7 @@ class Study:
     def band(self, label: str, kind: str, column: str) -> Band | None:
         """The strategy's learning curve of the ``kind`` score's ``column``: IQM over runs (and games,
         normalised) with its 95% stratified-bootstrap band; below enough runs the mean, and min-max. None
-        if no run has the column.
+        if no run has the column, or the runs' curves share no step (nothing to draw over them all).
 
         Runs are put on a common step grid (the union of their rounds' steps, over the range all runs
         cover) by linear interpolation, which is exact when the runs share ``t_ready``.
@@ -103,6 +103,8 @@ class Study:
         every = [c for found in curves.values() for c in found[:runs]]
         steps = np.unique(np.concatenate([x for x, _ in every]))
         steps = steps[(steps >= max(x[0] for x, _ in every)) & (steps <= min(x[-1] for x, _ in every))]
+        if not len(steps):  # no step all runs cover: say a test score taken only at the end, runs ending apart
+            return None
         ys = np.stack([np.array([self._scale(game, np.interp(steps, x, y)) for x, y in found[:runs]])
                        for game, found in curves.items()], axis=1)  # (runs, games, points)
         if stats.has_interval(ys):
