@@ -262,8 +262,7 @@ def best_rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 def generation_ends(frame: pd.DataFrame) -> list[int]:
     """The rounds that ended a generation: each round after which a restart round began (BG-PBT, IPBT)."""
-    marks = frame.groupby("round")["restart"].first() if "restart" in frame else pd.Series(dtype=bool)
-    return [int(r) - 1 for r, restart in marks.items() if restart and r > 0]
+    return [r - 1 for r, restart in enumerate(restart_marks(frame)) if restart and r > 0]
 
 
 def member_row(frame: pd.DataFrame, member: str | int) -> pd.Series:
