@@ -43,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             member.close()
         config, raw = dict(member.config), not member.settings.normalize_obs
-        algorithm = type(member.model).__name__  # the SB3 class that loads the zip (DrAC's PPO: PPO)
+        # the SB3 class that loads the zip: pbx's own subclasses (PPO's update, DrAC's) load as the SB3 class
+        algorithm = next(c for c in type(member.model).__mro__ if c.__module__.startswith("stable_baselines3")).__name__
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

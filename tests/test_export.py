@@ -62,6 +62,7 @@ def test_every_agents_export_loads_without_pbx_and_acts_as_the_member(tmp_path: 
         out = capsys.readouterr().out.splitlines()
         folder = run / "export" / "m0_round1"
         assert out[0].startswith(f"wrote {folder / 'model.zip'}: {cls}, member 0 after round 1")
+        assert out[-1].startswith(f'load with: {cls}.load("{folder / "model.zip"}")')  # the SB3 class, not pbx's
         assert (folder / "vecnormalize.pkl").is_file() == (algo == "ppo")
         member = find_target(run).load_member()
         obs = rng.normal(size=(3, *member.model.observation_space.shape)).astype(np.float32)
