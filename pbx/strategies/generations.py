@@ -91,10 +91,15 @@ class GenerationalSettings(PB2Settings):
 
 
 def copula(values: np.ndarray) -> np.ndarray | None:
-    """Normal scores of the ranks (ties take the highest), ``Phi^-1(rank / (n + 1))``; None when all are equal."""
+    """Normal scores of the ranks, ``Phi^-1(rank / (n + 1))``, tied values taking the lowest of their ranks; None
+    when all are equal.
+
+    The reference ranks the negated rates (it minimises) with ties taking the highest rank there
+    (``copula_standardize``); negated back, that is the lowest rank of the rates themselves.
+    """
     if np.ptp(values) <= 1e-12 * max(1.0, float(np.max(np.abs(values)))):
         return None
-    return norm.ppf(rankdata(values, method="max") / (len(values) + 1))
+    return norm.ppf(rankdata(values, method="min") / (len(values) + 1))
 
 
 def generation_start(history: History) -> int:
@@ -198,13 +203,16 @@ class Generational(PB2):
 
     def trust_length(self, history: History) -> float:
         """The trust region's side after the latest round: replayed over the current generation's rounds after
-        its first, a success each round whose best member (by score) ran a config an explore chose."""
+        its first, a success each round in which a member whose config an explore chose has the round's best
+        score (the references' test: any such member tied with the best counts)."""
         s = self.settings
         frame = history.frame
         length, wins, losses = s.tr_init, 0, 0
         for _, rows in frame[frame["round"] > generation_start(history)].groupby("round", sort=True):
-            best = rows.iloc[rank_best_first(rows["score"].to_numpy(float))[0]]
-            wins, losses = (wins + 1, 0) if best["explored"] else (0, losses + 1)
+            scores = rows["score"].to_numpy(float)
+            won = bool(np.isfinite(scores).any() and (rows["explored"].to_numpy(bool)
+                                                      & (scores == np.nanmax(scores))).any())
+            wins, losses = (wins + 1, 0) if won else (0, losses + 1)
             if wins >= s.succ_tol:
                 length, wins = min(length * s.tr_factor, s.tr_max), 0
             elif losses >= s.fail_tol:
