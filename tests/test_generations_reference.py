@@ -36,3 +36,37 @@ def test_an_explored_member_tied_with_the_best_is_a_trust_region_success() -> No
     history = _history([[1.0, 0.0]] + [[float(r), float(r)] for r in range(1, 4)],
                        explored=[[False, False]] + [[False, True]] * 3)
     assert strategy.trust_length(history) == pytest.approx(0.6)
+
+
+def _converging_history(seed: int, pop: int = 8, rounds: int = 6) -> History:
+    """Random configs each round, scores rising at a rate peaked at (0.3, 0.7): enough intervals for the GP."""
+    rng = np.random.default_rng(seed)
+    configs = [[{"h0": float(rng.uniform()), "h1": float(rng.uniform())} for _ in range(pop)] for _ in range(rounds)]
+    scores, rows = np.zeros(pop), []
+    for r in range(rounds):
+        if r:
+            scores = scores + [1 - (c["h0"] - 0.3) ** 2 - (c["h1"] - 0.7) ** 2 for c in configs[r]]
+        rows.append(list(scores + rng.normal(0, 0.01, pop)))
+    return _history(rows, explored=[[r > 0] * pop for r in range(rounds)], configs=configs)
+
+
+def _picks(search: str, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(donor's unit config, pick's) of each explore BG-PBT makes after :func:`_converging_history`."""
+    cfg = toy_config({"tr_search": search}, search="BGPBT", pop_size=8)
+    strategy, history = cfg.build_strategy(), _converging_history(seed)
+    decisions = strategy.decide(history, cfg.space, np.random.default_rng(seed))
+    latest = history.latest().set_index("member")
+    out = [(cfg.space.to_unit(history.config_of(latest.loc[d.donor])), cfg.space.to_unit(d.config))
+           for d in decisions if d.explored]
+    assert out and all(d.info.get("gp") == 1.0 for d in decisions if d.explored)  # the GP picked them
+    return out
+
+
+def test_the_trust_region_pick_is_the_references_perturbation_of_the_donor_and_pbx_climb_a_setting() -> None:
+    """The reference's search: 3 points ``donor * U(0.8, 1.2)``, the best by the acquisition; ``tr_search:
+    climb`` (pbx's L-BFGS-B) goes where the acquisition peaks in the whole box of side 0.4."""
+    for seed in range(3):
+        for donor, pick in _picks("perturb", seed):
+            assert np.all(pick >= 0.8 * donor - 1e-9) and np.all(pick <= np.minimum(1.2 * donor, 1.0) + 1e-9)
+    climbed = [p for seed in range(3) for p in _picks("climb", seed)]
+    assert any(np.any(pick < 0.8 * donor - 1e-6) or np.any(pick > 1.2 * donor + 1e-6) for donor, pick in climbed)

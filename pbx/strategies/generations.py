@@ -43,7 +43,7 @@ from threadpoolctl import threadpool_limits
 from pbx.errors import UsageError
 from pbx.history import History, rank_best_first
 from pbx.space import Config, Space
-from pbx.strategies.acquisition import Acquisition, Box, maximise
+from pbx.strategies.acquisition import Acquisition, Box, perturbed
 from pbx.strategies.base import Decision, Pending, RoundContext
 from pbx.strategies.gp import Posterior, Scale, fit_kernel, quiet
 from pbx.strategies.observations import Intervals, intervals
@@ -51,6 +51,9 @@ from pbx.strategies.pb2 import MIN_ROWS, PB2, PB2Settings
 from pbx.strategies.pbt import perturb
 
 logger = logging.getLogger(__name__)
+
+TR_SEARCHES = ("perturb", "climb")
+"""The values of :attr:`GenerationalSettings.tr_search`."""
 
 
 @dataclass
@@ -74,9 +77,16 @@ class GenerationalSettings(PB2Settings):
     """The first population's size in multiples of ``pop_size``, trained one round and cut to ``pop_size``."""
     patience: int = 15
     """Rounds in a row a generation may stagnate before it restarts (each strategy says what stagnates)."""
+    tr_search: str = "perturb"
+    """How a pick is searched in the trust region: ``perturb``, the reference's, the best by UCB of 3 points
+    ``donor * U(0.8, 1.2)`` (:func:`~pbx.strategies.acquisition.perturbed`), or ``climb``, pbx's: L-BFGS-B from
+    screened points and the donor's and running members' configs (:func:`~pbx.strategies.acquisition.maximise`,
+    PB2's search), which finds the acquisition's maximum in the region rather than near the donor."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.tr_search not in TR_SEARCHES:
+            raise UsageError(f"tr_search must be one of {', '.join(TR_SEARCHES)}, got {self.tr_search!r}")
         if not 0 < self.tr_min <= self.tr_init <= self.tr_max <= 1:
             raise UsageError(f"the trust region needs 0 < tr_min <= tr_init <= tr_max <= 1, got {self.tr_min}, "
                              f"{self.tr_init}, {self.tr_max}")
@@ -201,6 +211,12 @@ class Generational(PB2):
         half = self.trust_length(history) / 2
         return np.clip(donor_unit - half, 0.0, 1.0), np.clip(donor_unit + half, 0.0, 1.0)
 
+    def search(self, acquisition: Acquisition, box: Box, donor_unit: np.ndarray, seeds: np.ndarray,
+               rng: np.random.Generator) -> np.ndarray:
+        if self.settings.tr_search == "climb":
+            return super().search(acquisition, box, donor_unit, seeds, rng)
+        return perturbed(acquisition, box, donor_unit, rng)
+
     def trust_length(self, history: History) -> float:
         """The trust region's side after the latest round: replayed over the current generation's rounds after
         its first, a success each round in which a member whose config an explore chose has the round's best
@@ -272,8 +288,7 @@ class Generational(PB2):
                 box = (np.clip(unit - half, 0.0, 1.0), np.clip(unit + half, 0.0, 1.0))
                 try:
                     with quiet():
-                        new = space.from_unit(maximise(acquisition, box, self.settings.restarts, rng,
-                                                       seeds=unit[None, :]), new)
+                        new = space.from_unit(self.search(acquisition, box, unit, unit[None, :], rng), new)
                 except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
                     logger.warning("%s: the acquisition across generations failed (%s); drawing from the prior",
                                    self.name, err)

@@ -256,6 +256,12 @@ class PB2(PBT):
         """Where a member's continuous values are searched (:func:`~pbx.strategies.acquisition.search_box`)."""
         return search_box(donor_unit, moved, category_rows)
 
+    def search(self, acquisition: Acquisition, box: Box, donor_unit: np.ndarray, seeds: np.ndarray,
+               rng: np.random.Generator) -> np.ndarray:
+        """The pick in ``box``: :func:`~pbx.strategies.acquisition.maximise` from screened points and ``seeds``
+        (the donor's config, then the running members')."""
+        return maximise(acquisition, box, self.settings.restarts, rng, seeds=seeds)
+
     def _bandit_context(self, mode: str) -> tuple[int, int]:
         """EXP3's ``(rounds, plays per round)`` from the run's context."""
         if self.context is None:
@@ -342,7 +348,7 @@ class PB2(PBT):
                 acquisition = Acquisition(gp.posterior, query, points.reshape(len(pending), len(query) + d), gp.kappa)
                 box = self.region(donor_unit, _key(space, new) != _key(space, donor_config),
                                   plan.category_rows.get(_key(space, new), 0), round_.history)
-                best = maximise(acquisition, box, self.settings.restarts, rng, seeds=seeds)
+                best = self.search(acquisition, box, donor_unit, seeds, rng)
                 values, _ = acquisition(np.vstack([best, donor_unit]))
         except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
             logger.warning("PB2: the acquisition failed (%s); exploring as PBT for this member", err)
