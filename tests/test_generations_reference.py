@@ -70,3 +70,22 @@ def test_the_trust_region_pick_is_the_references_perturbation_of_the_donor_and_p
             assert np.all(pick >= 0.8 * donor - 1e-9) and np.all(pick <= np.minimum(1.2 * donor, 1.0) + 1e-9)
     climbed = [p for seed in range(3) for p in _picks("climb", seed)]
     assert any(np.any(pick < 0.8 * donor - 1e-6) or np.any(pick > 1.2 * donor + 1e-6) for donor, pick in climbed)
+
+
+def test_the_reference_truncation_rounds_its_quantile_and_copies_tied_donors() -> None:
+    """BG-PBT at population 4 (``int(0.125 * 4) = 0``) never exploits; IPBT at 8 (``round(0.25 * 8) = 2``) has
+    its bottom 2 copy the top 2 even when every score ties (the ascending sort puts members 0, 1 at the bottom
+    and 6, 7 at the top); ``exploit_rule: selection`` is pbx's rule, which copies nothing on a tie."""
+    cfg = toy_config(search="BGPBT", pop_size=4)
+    history = _history([[0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0]])
+    assert not any(d.explored for d in cfg.build_strategy().decide(history, cfg.space, np.random.default_rng(0)))
+    pbx_rule = toy_config({"exploit_rule": "selection"}, search="BGPBT", pop_size=4)
+    assert any(d.explored for d in pbx_rule.build_strategy().decide(history, cfg.space, np.random.default_rng(0)))
+
+    cfg = toy_config(search="IPBT", pop_size=8, max_budget=10_000)
+    tied = _history([[1.0] * 8, [2.0] * 8])
+    decisions = cfg.build_strategy().decide(tied, cfg.space, np.random.default_rng(0))
+    assert {d.member for d in decisions if d.explored} == {0, 1}
+    assert {d.donor for d in decisions if d.explored} <= {6, 7}
+    pbx_rule = toy_config({"exploit_rule": "selection"}, search="IPBT", pop_size=8, max_budget=10_000)
+    assert not any(d.explored for d in pbx_rule.build_strategy().decide(tied, cfg.space, np.random.default_rng(0)))

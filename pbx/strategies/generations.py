@@ -49,11 +49,14 @@ from pbx.strategies.gp import Posterior, Scale, fit_kernel, quiet
 from pbx.strategies.observations import Intervals, intervals
 from pbx.strategies.pb2 import MIN_ROWS, PB2, PB2Settings
 from pbx.strategies.pbt import perturb
+from pbx.strategies.selection import Truncation, nan_members
 
 logger = logging.getLogger(__name__)
 
 TR_SEARCHES = ("perturb", "climb")
 """The values of :attr:`GenerationalSettings.tr_search`."""
+EXPLOIT_RULES = ("reference", "selection")
+"""The values of :attr:`GenerationalSettings.exploit_rule`."""
 
 
 @dataclass
@@ -82,11 +85,19 @@ class GenerationalSettings(PB2Settings):
     ``donor * U(0.8, 1.2)`` (:func:`~pbx.strategies.acquisition.perturbed`), or ``climb``, pbx's: L-BFGS-B from
     screened points and the donor's and running members' configs (:func:`~pbx.strategies.acquisition.maximise`,
     PB2's search), which finds the acquisition's maximum in the region rather than near the donor."""
+    exploit_rule: str = "reference"
+    """Who copies whom: ``reference``, the reference's truncation (the bottom ``k`` of the run's ``quantile``
+    copy a random one of the top ``k``, whatever their scores; ``k`` rounded as the reference rounds it, ties
+    ordered as its ascending sort orders them), or ``selection``, the run's ``--selection`` with pbx's guards (only
+    a strictly better donor is copied, ``ceil`` of the quantile, ties to the lowest member id). A run whose
+    selection is not truncation uses its selection either way."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.tr_search not in TR_SEARCHES:
             raise UsageError(f"tr_search must be one of {', '.join(TR_SEARCHES)}, got {self.tr_search!r}")
+        if self.exploit_rule not in EXPLOIT_RULES:
+            raise UsageError(f"exploit_rule must be one of {', '.join(EXPLOIT_RULES)}, got {self.exploit_rule!r}")
         if not 0 < self.tr_min <= self.tr_init <= self.tr_max <= 1:
             raise UsageError(f"the trust region needs 0 < tr_min <= tr_init <= tr_max <= 1, got {self.tr_min}, "
                              f"{self.tr_init}, {self.tr_max}")
@@ -184,6 +195,32 @@ class Generational(PB2):
             decisions.append(Decision(member, donor, new, tuple(["tied", *ops] if donor == source else ops),
                                       explored=True, info=info))
         return decisions
+
+    @classmethod
+    def exploit_count(cls, quantile: float, pop_size: int) -> int:
+        """Members in each of the reference's top and bottom quantiles: BG-PBT's ``int(quantile * n)`` (0 for a
+        population of 4 at 0.125: that BG-PBT never exploits)."""
+        return int(quantile * pop_size)
+
+    def exploit(self, rows: pd.DataFrame, scores: np.ndarray, rng: np.random.Generator) -> dict[int, int]:
+        """The reference's truncation (:attr:`GenerationalSettings.exploit_rule`), or the run's selection.
+
+        The ranking is the reference's ascending sort, ties in member order, so among tied members the higher
+        id ranks higher; every bottom member copies a top one drawn at random, tied or not. pbx's NaN policy
+        stays: a NaN score ranks lowest, is never a donor, and a NaN member copies whatever its rank.
+        """
+        if self.settings.exploit_rule == "selection" or not isinstance(self.selection, Truncation):
+            return super().exploit(rows, scores, rng)
+        if not self.selection.rules.ready(rows["steps"].to_numpy()):
+            return {}
+        members = [int(m) for m in rows["member"]]
+        k = self.exploit_count(self.selection.quantile, len(members))
+        order = [int(i) for i in np.argsort(np.where(np.isnan(scores), -np.inf, scores), kind="stable")]
+        top = [i for i in order[len(order) - k:] if np.isfinite(scores[i])] if k else []
+        if not top:
+            return {}
+        bottom = set(order[:k]) | set(nan_members(scores))
+        return {members[i]: members[top[int(rng.integers(len(top)))]] for i in sorted(bottom)}
 
     @abstractmethod
     def restart_due(self, history: History) -> bool:

@@ -95,6 +95,11 @@ class IPBT(Generational):
     def round_length(cls, settings: IPBTSettings, t_ready: int, restarts: int) -> int:  # type: ignore[override]
         return max(1, round(t_ready * settings.step_factor**restarts))
 
+    @classmethod
+    def exploit_count(cls, quantile: float, pop_size: int) -> int:
+        """IPBT's reference rounds its quantiles to the nearest (Python's ``round``), where BG-PBT's truncates."""
+        return round(quantile * pop_size)
+
     def restart_due(self, history: History) -> bool:
         if self.context is None or self.context.plan is None:
             raise ValueError("IPBT needs the run's RunContext with its plan: build it with RunConfig.build_strategy()")
