@@ -10,6 +10,7 @@ from scipy.stats import norm
 
 from pbx.history import History, Row
 from pbx.strategies.generations import copula
+from pbx.strategies.ipbt import late
 from conftest import toy_config
 
 
@@ -89,3 +90,26 @@ def test_the_reference_truncation_rounds_its_quantile_and_copies_tied_donors() -
     assert {d.donor for d in decisions if d.explored} <= {6, 7}
     pbx_rule = toy_config({"exploit_rule": "selection"}, search="IPBT", pop_size=8, max_budget=10_000)
     assert not any(d.explored for d in pbx_rule.build_strategy().decide(tied, cfg.space, np.random.default_rng(0)))
+
+
+def test_an_ipbt_restart_keeps_each_top_member_as_itself() -> None:
+    """The reference's ``_restart`` copies a random top member only into the members outside the top quantile
+    (and the extra candidates); members 3 and 5, the top 2 of 8, go on from themselves whatever the draw."""
+    cfg = toy_config(search="IPBT", pop_size=8)
+    strategy = cfg.build_strategy()
+    scores = [0.0, 1.0, 2.0, 9.0, 3.0, 8.0, 4.0, 5.0]
+    history = _history([scores])
+    for seed in range(6):
+        decisions = strategy.restart(history, cfg.space, {m: m for m in range(8)}, np.random.default_rng(seed))
+        assert len(decisions) == 16 and decisions[3].donor == 3 and decisions[5].donor == 5
+        assert {d.donor for d in decisions} <= {3, 5}
+
+
+def test_ipbt_stops_restarting_for_good_once_a_round_ends_late_as_the_reference() -> None:
+    """``t_after_this_step + 2 * potential_t_step > t_max`` after any round stops restarts for good; a
+    generation's first round costs twice its length (2 x 20 here, ending at 90), so it can stop them where the
+    next round (110 + 2 x 40 < 240) would not."""
+    assert not late([20, 30, 40], 2.0, 200)
+    assert late([20, 30, 40, 50, 90], 2.0, 240)
+    assert late([20, 30, 40, 50, 90, 110], 2.0, 240)  # permanent
+    assert not late([20, 30, 40, 50, 90, 110], 2.0, 250)

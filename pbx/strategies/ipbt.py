@@ -11,8 +11,9 @@ population for stagnation; when it stagnates, IPBT restarts with a step
   rise from the round before. ``patience`` (3) failures in a row restart, and so
   does one round in which the last ``slow_rounds - 1`` (14) rounds raised the best
   z-score by less than 1 (once the generation has ``slow_rounds`` rounds);
-- **restart**: ``init_factor`` x ``pop_size`` candidates (16 for 8), each a copy of a
-  random member of the top quantile; half of them get random hyperparameters and
+- **restart**: ``init_factor`` x ``pop_size`` candidates (16 for 8): candidate ``i < pop_size``
+  goes on from member ``i`` when that member is in the top quantile, every other one from a random
+  member of it (the reference's ``_restart``); half of them get random hyperparameters and
   half hyperparameters picked by a GP across the finished generations
   (:meth:`~pbx.strategies.generations.Generational.across_generations`); half of
   them (drawn apart) get freshly initialised weights and the others
@@ -22,7 +23,8 @@ population for stagnation; when it stagnates, IPBT restarts with a step
   as after the first round, whose population is ``init_factor`` times larger too;
 - a restart happens only while its round fits the budget: a restart round costs
   ``init_factor`` times the new step (:mod:`pbx.plan`), so IPBT spends what PBT
-  spends;
+  spends; and, as the reference, never again once a round ended less than two of the next
+  generation's steps from the budget (:func:`late`);
 - between restarts: PBT's truncation exploit (quantile 0.25), BO explore in a trust
   region around the donor (:mod:`pbx.strategies.generations`).
 
@@ -42,6 +44,7 @@ from pbx.history import History, rank_best_first, restart_marks
 from pbx.space import Space
 from pbx.strategies.base import Decision, WeightReset
 from pbx.strategies.generations import Generational, GenerationalSettings, generation_start
+from pbx.strategies.selection import Truncation
 
 LENGTHSCALES = (0.2, 0.4, 0.8, 1.6)
 NOISES = (1e-2, 0.1, 0.3, 1.0)
@@ -108,6 +111,8 @@ class IPBT(Generational):
         longer = self.round_length(self.settings, self.context.t_ready, plan.restarts[-1] + 1)
         if plan.nominal_ends[-1] + self.settings.init_factor * longer > plan.max_budget:
             return False
+        if late(plan.nominal_ends, self.settings.step_factor, plan.max_budget):
+            return False
         frame = history.frame
         rows = frame[frame["round"] >= generation_start(history)]
         bests = rows.groupby("round", sort=True)["score"].max().to_numpy(float)
@@ -122,10 +127,17 @@ class IPBT(Generational):
         s = self.settings
         sources = list(kept.values())
         latest = history.latest().set_index("member").loc[sources].reset_index()
-        order = rank_best_first(latest["score"].to_numpy(float))
-        top = [sources[i] for i in order[:self.selection.recipients(self.pop_size)]]
+        scores = latest["score"].to_numpy(float)
+        order = rank_best_first(scores)
+        if s.exploit_rule == "reference" and isinstance(self.selection, Truncation):
+            # the reference's ascending sort (ties: the higher id ranks higher); its ``sorted[-0:]`` is everyone
+            k = self.exploit_count(self.selection.quantile, self.pop_size) or self.pop_size
+            top = [sources[i] for i in np.argsort(np.where(np.isnan(scores), -np.inf, scores), kind="stable")[-k:]]
+        else:
+            top = [sources[i] for i in order[:self.selection.recipients(self.pop_size)]]
         count = s.init_factor * self.pop_size
-        donors = [top[int(rng.integers(len(top)))] for _ in range(count)]
+        donors = [sources[i] if i < len(sources) and sources[i] in top else top[int(rng.integers(len(top)))]
+                  for i in range(count)]
         random = round(s.random_configs * count)
         configs = [space.sample(rng) for _ in range(random)]
         best = history.config_of(latest.iloc[order[0]])
@@ -140,6 +152,19 @@ class IPBT(Generational):
                    "fresh weights" if i in fresh else f"weights {s.shrink} w + {s.perturb} w0")
             decisions.append(Decision(i, donor, config, ops, explored=True, restart=True, reset=reset))
         return decisions
+
+
+def late(ends: list[int], step_factor: float, max_budget: int) -> bool:
+    """Whether restarts have stopped for good: some round ended (``ends``, each round's nominal end) less than two
+    of the next generation's steps from ``max_budget``, a step measured as that round's own cost times
+    ``step_factor``.
+
+    The reference's test after every round but the last (``t_after_this_step + 2 * potential_t_step > t_max``
+    sets ``patience`` to infinity): its step is the round's cost, which is ``init_factor`` times the length in a
+    generation's first round, so such a round can stop restarts that the next round's test alone would allow.
+    """
+    starts = [0, *ends[:-1]]
+    return any(end + 2 * step_factor * (end - start) > max_budget for start, end in zip(starts, ends))
 
 
 def stagnated(bests: np.ndarray, slow_rounds: int) -> tuple[bool, bool]:

@@ -41,6 +41,8 @@ import pbx.envs  # noqa: F401  # isort: skip
 from stable_baselines3 import PPO
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
 
+from pbx.members.ppo.rollout import DirectRollout
+
 VALUE_LOSSES = ("reference", "sb3")
 """``value_loss`` settings: the reference's (baselines ``ppo2``) or SB3's own."""
 
@@ -94,8 +96,9 @@ def _replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
             delattr(owner, name)
 
 
-class PPOUpdate(PPO):
-    """SB3's PPO whose update uses ``value_loss`` (``"reference"`` or ``"sb3"``) and :meth:`minibatch_loss`.
+class PPOUpdate(DirectRollout, PPO):
+    """SB3's PPO whose update uses ``value_loss`` (``"reference"`` or ``"sb3"``) and :meth:`minibatch_loss`, on the
+    rollout of :mod:`pbx.members.ppo.rollout` (SB3's numbers, without its per-step copies).
 
     ``value_loss``, ``clip_range`` and ``vf_coef`` are read at every update, so values set
     between updates (a PBT or PB2 explore) hold from the next one; the reference value loss
