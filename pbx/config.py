@@ -251,7 +251,14 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), 
     # Off-policy agents' replay buffers, allocated whole for every member built on the machine, must fit in its memory.
     member_cls.check_population(env, run.pop_size if builds is None else builds, member)
     strat_cls.validate(strategy, space)
-    return RunConfig(run, strategy, member, space, space_source, member_cls, strat_cls, run_record(run.env))
+    cfg = RunConfig(run, strategy, member, space, space_source, member_cls, strat_cls, run_record(run.env))
+    if cfg.init_size > run.pop_size and cfg.plan([False]).done:
+        # the larger first population is cut after its round: a run that ends with it would answer uncut
+        raise UsageError(f"max_budget {run.max_budget:,} leaves no round after the first population's ({cfg.init_size} "
+                         f"members for {run.pop_size} cost {cfg.round_cost(0, False):g} x t_ready "
+                         f"{run.t_ready:,}): raise max_budget above {cfg.round_cost(0, False) * run.t_ready:,g} or lower "
+                         f"t_ready")
+    return cfg
 
 
 def round_sizes(strategy_cls: type[Strategy], settings: StrategySettings, pop_size: int) -> Callable[[int, bool], int]:

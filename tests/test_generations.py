@@ -110,3 +110,33 @@ def test_a_kept_off_policy_member_loads_without_the_runs_replay_segments(tmp_pat
     frame.to_csv(RunDir(run).history, index=False)
     with pytest.raises(UsageError, match="trained before pbx kept each generation's best"):
         find_target(run, "kept")
+
+
+
+def test_the_report_counts_the_members_of_the_last_round(tmp_path: Path) -> None:
+    """IPBT's first round trains 8 members for a population of 4: the summary counts the population that ends
+    the run, not every member id the run ever had."""
+    run = tmp_path / "run"
+    run_toy(run, search="IPBT")
+    from pbx.report import main as report_main
+    assert report_main([str(run)]) == 0
+    assert ", 4 members in the last round," in (RunDir(run).report / "summary.md").read_text()
+
+
+@pytest.mark.xfail(strict=True, reason="IPBT.restart_due (pbx/strategies/ipbt.py, owned by the algorithm work) "
+                                       "allows a restart round that uses up the budget exactly")
+def test_an_ipbt_run_ends_with_its_population_when_a_restart_would_take_the_last_round(tmp_path: Path) -> None:
+    """At max_budget 112 (pop 4, t_ready 4) the toy's restart after round 23, 8 candidates at 8 steps, uses up the
+    budget exactly: the run ends on the uncut candidates (the reference cuts them inside the round). A restart
+    needs a round after it, so that the last round holds the population."""
+    frame = run_toy(tmp_path / "run", search="IPBT", max_budget=112).frame
+    last = frame[frame["round"] == frame["round"].max()]
+    assert len(last) == 4, f"the last round holds {len(last)} members (population mean {last['score'].mean():.4g})"
+
+
+@pytest.mark.parametrize("search, budget", [("IPBT", 8), ("BGPBT", 12)])
+def test_a_budget_the_first_population_uses_up_is_refused(search: str, budget: int) -> None:
+    """A first population larger than the kept one is cut after its round: a budget that round uses up (x2 for
+    IPBT, x3 for BG-PBT, at t_ready 4) would end the run on the uncut candidates."""
+    with pytest.raises(UsageError, match="max_budget .* leaves no round after the first population's"):
+        toy_config(search=search, max_budget=budget)

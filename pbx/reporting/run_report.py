@@ -53,7 +53,7 @@ def _run_summary(run: Run, k: int) -> str:
     settings = run.config["run"]
     return "\n".join([
         f"# {run.name}: {run.strategy} on {run.env}", "",
-        f"Selection {run.selection}, {frame['member'].nunique()} members, {frame['round'].max() + 1} rounds, "
+        f"Selection {run.selection}, {len(last)} members in the last round, {frame['round'].max() + 1} rounds, "
         f"{fmt(frame['steps'].max())} env steps per member, {fmt(frame['wall_s'].max())} s wall time, "
         f"seed {settings.get('seed', 'n/a')}.", "",
         f"**Final score: train {fmt(train)}, test {fmt(test)}** (member {best}). "
