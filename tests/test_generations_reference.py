@@ -113,3 +113,16 @@ def test_ipbt_stops_restarting_for_good_once_a_round_ends_late_as_the_reference(
     assert late([20, 30, 40, 50, 90], 2.0, 240)
     assert late([20, 30, 40, 50, 90, 110], 2.0, 240)  # permanent
     assert not late([20, 30, 40, 50, 90, 110], 2.0, 250)
+
+
+def test_the_gp_across_generations_leaves_out_the_candidates_the_cut_dropped() -> None:
+    """Round 0 trains 8 members for a population of 4; the reference's meta data holds the 4 the cut kept (the
+    others never enter its data), where each dropped one would be a point of rate 0 (no descendant rose)."""
+    cfg = toy_config(search="IPBT", pop_size=4)
+    configs = [[{"h0": m / 8, "h1": 0.5} for m in range(8)], [{"h0": m / 8, "h1": 0.5} for m in range(4)]]
+    rows = [Row(member=m, round=0, steps=10, wall_s=0.0, score=float(m), test_score=np.nan, parent=m,
+                explored=False, config=configs[0][m]) for m in range(8)]
+    rows += [Row(member=m, round=1, steps=20, wall_s=0.0, score=10.0 + m, test_score=np.nan, parent=4 + m,
+                 explored=False, config=configs[0][4 + m]) for m in range(4)]
+    points = cfg.build_strategy().meta_points(History(["h0", "h1"]).with_rows(rows), cfg.space)
+    assert sorted(round(p[1]) for p in points) == [4, 5, 6, 7] and all(p[3] > 0 for p in points)

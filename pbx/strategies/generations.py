@@ -276,7 +276,8 @@ class Generational(PB2):
                            taken: list[Config], rng: np.random.Generator) -> list[Config]:
         """``count`` configs for a new generation, picked one at a time by UCB on a GP across the generations.
 
-        Each member of each generation's first round is one observation (the reference's meta data):
+        Each member of each generation's first round that the cut kept is one observation (the reference's
+        meta data, :meth:`meta_points`):
         its config, the score it had then, and the rate at which its best descendant (through the
         history's parents) rose above that score over the generation. The GP, with pbx's time-varying
         kernel over ``(t, R, continuous)``, is asked at the latest round's time and ``centre``'s score,
@@ -284,28 +285,7 @@ class Generational(PB2):
         and each earlier one) pending. With fewer than 3 observations, or a failed fit, the configs are
         drawn from the prior. Categorical values are ``centre``'s, explored as PBT does.
         """
-        frame = history.frame
-        generations = generation_of(frame)
-        points = []  # (t, R, unit config, rate)
-        for g in sorted(set(generations)):
-            rows = frame[generations == g]
-            first = int(rows["round"].min())
-            source = {int(m): int(m) for m in rows.loc[rows["round"] == first, "member"]}
-            best = {m: -np.inf for m in source.values()}
-            for r in sorted(set(rows["round"])):
-                now = rows[rows["round"] == r]
-                if r > first:
-                    source = {int(m): source[int(p)] for m, p in zip(now["member"], now["parent"]) if int(p) in source}
-                for m, score in zip(now["member"], now["score"]):
-                    if int(m) in source and np.isfinite(score):
-                        best[source[int(m)]] = max(best[source[int(m)]], float(score))
-            start = rows[rows["round"] == first]
-            span = float(rows["steps"].max() - start["steps"].min())
-            for _, row in start.iterrows():
-                before, peak = float(row["score"]), best[int(row["member"])]
-                if span > 0 and np.isfinite(before) and np.isfinite(peak):
-                    points.append((float(row["steps"]), before, space.to_unit(history.config_of(row)),
-                                   (peak - before) / span))
+        points = self.meta_points(history, space)
         latest = history.latest()
         centre_row = latest.iloc[rank_best_first(latest["score"].to_numpy(float))[0]]
         query = (float(centre_row["steps"]), float(centre_row["score"]))
@@ -332,6 +312,34 @@ class Generational(PB2):
                     new |= {name: space.params[name].sample(rng) for name in space.continuous}
             picks.append(new)
         return picks
+
+    def meta_points(self, history: History, space: Space) -> list[tuple[float, float, np.ndarray, float]]:
+        """The GP across generations' observations, ``(t, R, unit config, rate)``: each member of each generation's
+        first round that the cut kept (:meth:`across_generations`)."""
+        frame = history.frame
+        generations = generation_of(frame)
+        points = []  # (t, R, unit config, rate)
+        for g in sorted(set(generations)):
+            rows = frame[generations == g]
+            first = int(rows["round"].min())
+            source = {int(m): int(m) for m in rows.loc[rows["round"] == first, "member"]}
+            best = {m: -np.inf for m in source.values()}
+            for r in sorted(set(rows["round"])):
+                now = rows[rows["round"] == r]
+                if r > first:
+                    source = {int(m): source[int(p)] for m, p in zip(now["member"], now["parent"]) if int(p) in source}
+                for m, score in zip(now["member"], now["score"]):
+                    if int(m) in source and np.isfinite(score):
+                        best[source[int(m)]] = max(best[source[int(m)]], float(score))
+            start = rows[rows["round"] == first]
+            kept = set(self.cut(start).values())  # the reference's meta data holds the cut's survivors only
+            span = float(rows["steps"].max() - start["steps"].min())
+            for _, row in start[start["member"].isin(kept)].iterrows():
+                before, peak = float(row["score"]), best[int(row["member"])]
+                if span > 0 and np.isfinite(before) and np.isfinite(peak):
+                    points.append((float(row["steps"]), before, space.to_unit(history.config_of(row)),
+                                   (peak - before) / span))
+        return points
 
     def _fit_across(self, points: list[tuple[float, float, np.ndarray, float]],
                     query: tuple[float, float]) -> tuple[Posterior, tuple[float, float]] | None:
