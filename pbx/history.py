@@ -234,6 +234,17 @@ def restart_marks(frame: pd.DataFrame) -> list[bool]:
     return [bool(v) for v in frame.groupby("round", sort=True)["restart"].first()] if len(frame) else []
 
 
+def skipped(frame: pd.DataFrame) -> pd.Series:
+    """Whether each row is of a round its member skipped (:meth:`pbx.config.RunConfig.steps_due`): its score
+    carried and its steps its parent's of the round before (a round that trained always adds steps), so its
+    state, and the score it carries, are exactly its parent's then."""
+    before = frame[["member", "round", "steps"]].rename(columns={"member": "parent", "steps": "before"})
+    before = before.assign(round=before["round"] + 1)
+    merged = frame[["parent", "round"]].merge(before, on=["parent", "round"], how="left")
+    same = merged["before"].to_numpy(float) == frame["steps"].to_numpy(float)
+    return pd.Series(frame["carried"].to_numpy(bool) & same, index=frame.index)
+
+
 def rank_best_first(scores: np.ndarray) -> np.ndarray:
     """Positions from best to worst score.
 
@@ -253,8 +264,11 @@ def results(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per round: the best result member's (by train score, with :func:`rank_best_first`'s policy)."""
-    ordered = results(frame).sort_values(["round", "member"], kind="stable")
+    """One row per round: the best result member's (by train score, with :func:`rank_best_first`'s policy). A tie
+    goes to a row whose own round earned its score (not ``carried``), then to the lowest id: a member that skipped
+    the round after an exploit carries its donor's score beside a config that never earned it."""
+    order = ["round", "carried", "member"] if "carried" in frame else ["round", "member"]
+    ordered = results(frame).sort_values(order, kind="stable")
     picks = [group.index[rank_best_first(group["score"].to_numpy(dtype=float))[0]]
              for _, group in ordered.groupby("round", sort=True)]
     return frame.loc[picks].reset_index(drop=True)

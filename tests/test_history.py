@@ -7,7 +7,7 @@ import pytest
 
 from pbx.curves import read_curves
 from pbx.errors import UsageError
-from pbx.history import BASE_COLUMNS, History, HistoryLog, Row, read_csv
+from pbx.history import BASE_COLUMNS, History, HistoryLog, Row, best_rows, member_row, read_csv, skipped
 from pbx.space import Categorical, Continuous, Integer, Space
 
 SPACE = Space({"h0": Continuous(0.0, 1.0), "lr": Continuous(0.0, 1.0), "aug": Categorical(("crop", "flip"))})
@@ -191,3 +191,16 @@ def test_a_history_written_before_a_column_was_added_reads_with_its_value_then(t
     assert list(frame.columns) == BASE_COLUMNS + SPACE.names
     row = frame.iloc[0]
     assert (row["role"], row["carried"], row["test_score"]) == ("pop1", False, 2.5) and math.isnan(row["score100"])
+
+
+def test_a_skipped_member_that_ties_its_donor_is_not_named_best() -> None:
+    """Member 0 copied member 3 after round 0 and was explored to lr 0.003, then skipped round 1 (its rollout
+    outlasts t_ready): its row carries member 3's score with a config that never earned it. The best member is
+    the one whose own round earned the score; the skipped row stays a donor's equal for selection."""
+    rows = [Row(m, 0, 512, 0.0, s, math.nan, m, False, {"lr": 0.002}) for m, s in enumerate([1.0, 2.0, 3.0, 5.0])]
+    rows += [Row(0, 1, 512, 1.0, 5.0, math.nan, 3, True, {"lr": 0.003}, carried=True),
+             *(Row(m, 1, 1024, 1.0, s, math.nan, m, False, {"lr": 0.002}) for m, s in [(1, 2.5), (2, 3.5), (3, 5.0)])]
+    frame = History(["lr"]).with_rows(rows).frame
+    assert skipped(frame).tolist() == [False] * 4 + [True, False, False, False]
+    assert best_rows(frame)["member"].tolist() == [3, 3]
+    assert member_row(frame, "best")["member"] == 3

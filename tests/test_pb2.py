@@ -109,6 +109,25 @@ def test_intervals_pair_each_row_with_its_parents_previous_round(space: Space) -
     assert len(intervals(History(space.names).with_rows(rows), space, window=2).rate) == 2
 
 
+
+def test_a_skipped_rounds_carried_score_starts_the_next_interval(space: Space) -> None:
+    """Member 0's rollout is twice t_ready: it trains every other round and skips the others (steps unchanged,
+    its score carried). The carried score is exactly the state the next round starts from, so the next interval
+    starts at it; a skipped round is no interval itself. Member 1's round 2 carried a score after training
+    (no episode ended): that stale score starts nothing."""
+    config = space.initial()
+    rows = []
+    for r in range(5):
+        skipped = r % 2 == 1
+        steps0 = 200 * ((r + 2) // 2)
+        rows.append(Row(0, r, steps0, float(r), float(steps0 // 100), NAN, 0, False, config, carried=skipped))
+        rows.append(Row(1, r, 100 * (r + 1), float(r), 10.0 + r, NAN, 1, False, config, carried=r == 2))
+    data = intervals(History(space.names).with_rows(rows), space, window=1000)
+    # (round, start steps, start score, rate): member 0's rounds 2 and 4 start from the carried scores of its
+    # skipped rounds 1 and 3; member 1's rounds 1 and 4 (round 2's score is carried, and round 3 starts from it)
+    assert sorted(zip(data.round, data.t, data.reward, data.rate)) == [
+        (1, 100.0, 10.0, 1 / 100), (2, 200.0, 2.0, 2 / 200), (4, 400.0, 4.0, 2 / 200), (4, 400.0, 13.0, 1 / 100)]
+
 def test_picks_the_peak_of_the_improvement_rate(space: Space) -> None:
     hits = 0
     for seed in range(10):

@@ -1,7 +1,7 @@
 """What a run scored: its headline numbers, and the one score statistics are computed on (``--score``).
 
 The *best member* of a round is the one with the best train score (NaN ranks
-last, ties go to the lowest member id: :func:`pbx.history.rank_best_first`).
+last, ties go to a row whose own round earned its score, then to the lowest member id: :func:`pbx.history.best_rows`).
 Test scores are those of that member: the test set never selects. Each run has
 three headline numbers, each as (train, test), and every statistic can be
 computed on any of them (:data:`SCORES`):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pbx.history import History
+from pbx.history import History, skipped
 from pbx.space import Continuous, Space
 from pbx.strategies.categorical import codes
 
@@ -51,12 +51,16 @@ def intervals(history: History, space: Space, window: int) -> Intervals:
     of ``(parent, r - 1)``, so that row gives the start time and score.
     """
     # A carried score (no episode ended in the round, or the member skipped it: pbx.history) says nothing of the
-    # round's improvement: no rate starts or ends at one (a skipped round, no steps, would divide by zero).
-    frame = history.frame.assign(score=history.frame["score"].where(~history.frame["carried"]))
-    start = frame[["member", "round", "steps", "score"]].rename(
-        columns={"member": "parent", "steps": "t", "score": "before"})
+    # round's improvement: no rate ends at one (a skipped round, no steps, would divide by zero). A skipped
+    # round's score is the score of exactly the state the next round starts from, so a rate may start at it (a
+    # rollout of twice t_ready skips every other round: each round it trains follows a skipped one); a score
+    # carried after training (no episode ended) is stale, and starts none.
+    frame, carried = history.frame, history.frame["carried"]
+    frame = frame.assign(start=frame["score"].where(~carried | skipped(frame)), score=frame["score"].where(~carried))
+    start = frame[["member", "round", "steps", "start"]].rename(
+        columns={"member": "parent", "steps": "t", "start": "before"})
     start["round"] += 1
-    rows = frame[frame["round"] >= 1].merge(start, on=["parent", "round"], how="inner")
+    rows = frame[frame["round"] >= 1].drop(columns="start").merge(start, on=["parent", "round"], how="inner")
     rows = rows.sort_values(["round", "member"], kind="stable")
     rate = ((rows["score"] - rows["before"]) / (rows["steps"] - rows["t"])).to_numpy(float)
     unit = unit_columns(rows, space)
