@@ -30,6 +30,7 @@ from pbx.members.ppo.impala import ImpalaPolicy
 from pbx.members.ppo.settings import PPOSettings, fit_rollout
 from pbx.members.ppo.update import PPOUpdate
 from pbx.members.sb3.member import SB3Member, set_rollout
+from pbx.members.sb3.process import set_precision
 from pbx.space import Config, Space
 
 
@@ -92,7 +93,14 @@ class PPOMember(SB3Member):
         return fit_rollout(config, settings, space)
 
     def _build(self, hp: Mapping[str, Any], image: bool) -> PPOUpdate:
-        net = {} if self.settings.net_arch is None else {"policy_kwargs": {"net_arch": list(self.settings.net_arch)}}
+        s = self.settings
+        set_precision("fp32" if s.deterministic else s.precision)
+        network = s.image_network()
+        if network and not image:
+            raise UsageError(f"precision and channels_last are settings of the image policy (IMPALA CNN); "
+                             f"{self.context.env}'s observations are vectors (MLP): leave them at their defaults")
+        net = ({"policy_kwargs": {"features_extractor_kwargs": network}} if network else {}) \
+            if image else ({} if s.net_arch is None else {"policy_kwargs": {"net_arch": list(s.net_arch)}})
         return self.algorithm(ImpalaPolicy if image else "MlpPolicy", self._norm, n_steps=int(hp["n_steps"]),
                               batch_size=int(hp["batch_size"]), value_loss=self.settings.value_loss,
                               device=self.device, verbose=0, **net)

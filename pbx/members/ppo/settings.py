@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Mapping, Optional
 from pbx.envs import DISTRIBUTION_MODES
 from pbx.errors import UsageError
 from pbx.members.ppo.update import VALUE_LOSSES
+from pbx.members.sb3.process import PRECISIONS
 from pbx.members.sb3.settings import DOMAINS, Domain, SB3Settings, finite_number, non_negative_int
 from pbx.space import Categorical, Continuous, Space
 
@@ -33,6 +34,8 @@ _DOMAINS: dict[str, Domain] = {
     "start_level": (non_negative_int, "an integer >= 0"),
     "distribution_mode": (lambda v: v in DISTRIBUTION_MODES, f"one of {', '.join(DISTRIBUTION_MODES)}"),
     "value_loss": (lambda v: v in VALUE_LOSSES, f"one of {', '.join(VALUE_LOSSES)}"),
+    "precision": (lambda v: v in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
+    "channels_last": (lambda v: isinstance(v, bool), "true or false"),
 }
 
 
@@ -98,12 +101,38 @@ class PPOSettings(SB3Settings):
     """ProcGen difficulty, for the train and the test env."""
     eval_episodes: int = 100
     """Finished test episodes averaged by :meth:`PPOMember.evaluate`; 0 turns evaluation off."""
+    precision: str = "torch"
+    """The image network's arithmetic, in rollout inference and the update alike: ``torch`` (PyTorch's defaults:
+    TF32 in cuDNN's convolutions on Ampere and later GPUs, float32 elsewhere), ``fp32`` (no TF32: train-procgen's
+    arithmetic), ``tf32`` (TF32 in convolutions and matrix products), ``bf16`` (bf16 autocast in the IMPALA CNN,
+    float32 heads, losses and optimizer). On a CPU, ``torch``, ``fp32`` and ``tf32`` are the same float32.
+    ``deterministic: true`` trains in ``fp32`` and refuses ``tf32`` and ``bf16``."""
+    channels_last: bool = False
+    """The IMPALA CNN's weights and inputs in the channels-last memory format (faster convolutions on a GPU: 1.47x
+    for the update on an H200, ``docs/gpu.md``); other float rounding than the default format's on CUDA, so
+    ``deterministic: true`` refuses it."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         default_vf = next(f.default for f in fields(self) if f.name == "clip_range_vf")
         if self.value_loss == "reference" and self.clip_range_vf != default_vf:
             raise UsageError(_TIED.format(f"clip_range_vf={self.clip_range_vf}"))
+        asked = [f"precision={self.precision}"] * (self.precision in ("tf32", "bf16")) \
+            + ["channels_last=true"] * self.channels_last
+        if self.deterministic and asked:
+            raise UsageError(f"deterministic=true trains in fp32 without TF32 in the default memory format, so "
+                             f"{' and '.join(asked)} would be ignored: drop {'them' if len(asked) > 1 else 'it'} "
+                             f"or deterministic=true")
+
+    def image_network(self) -> dict[str, object]:
+        """The IMPALA CNN's arguments for these settings (none at the defaults, so a default policy is built, saved
+        and exported exactly as before the settings existed)."""
+        kwargs: dict[str, object] = {}
+        if self.precision == "bf16":
+            kwargs["precision"] = self.precision
+        if self.channels_last:
+            kwargs["channels_last"] = True
+        return kwargs
 
     def check_space(self, space: Space) -> None:
         """:meth:`SB3Settings.check_space`, and a minibatch size that divides no rollout (:func:`check_rollouts`)."""

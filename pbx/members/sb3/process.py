@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import warnings
 from typing import Any
 
 import numpy as np
@@ -71,11 +72,32 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def deterministic_torch() -> None:
-    """Deterministic kernels everywhere (cuDNN, cuBLAS); CUBLAS_WORKSPACE_CONFIG must precede CUDA's start."""
+    """Deterministic kernels everywhere (cuDNN, cuBLAS), in float32 without TF32 (train-procgen's arithmetic);
+    CUBLAS_WORKSPACE_CONFIG must precede CUDA's start."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+    set_precision("fp32")
+
+
+PRECISIONS = ("torch", "fp32", "tf32", "bf16")
+"""``precision`` settings: PyTorch's defaults (TF32 in cuDNN's convolutions on Ampere and later GPUs, float32
+matrix products), float32 throughout, TF32 in convolutions and matrix products, bf16 autocast in the image
+network (:class:`~pbx.members.ppo.impala.ImpalaCNN`; the switches as PyTorch's defaults)."""
+
+_TF32 = {"torch": (True, False), "fp32": (False, False), "tf32": (True, True), "bf16": (True, False)}
+"""Per precision: whether cuDNN's convolutions and whether CUDA's matrix products may use TF32."""
+
+
+def set_precision(precision: str) -> None:
+    """Set the process-wide TF32 switches for ``precision`` (every value sets both, so a process that trains runs
+    of different settings one after another leaves none behind). Nothing changes on a CPU, which has no TF32."""
+    convolutions, matrices = _TF32[precision]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # newer PyTorch points to its per-backend precision API
+        torch.backends.cudnn.allow_tf32 = convolutions
+        torch.backends.cuda.matmul.allow_tf32 = matrices
 
 
 def check_device(device: str) -> None:
