@@ -83,8 +83,9 @@ def code_hash(package: Path) -> str:
 
 def run_record(env: str) -> dict[str, Any]:
     """What trains a new run on ``env``, config.yaml's ``pbx`` section: the running pbx (:func:`provenance`),
-    the hash of the env's own code where the user wrote it (``env_code``, :func:`env_sources`; ``module:Name-v0``
-    only) and the versions of the libraries that compute the run's numbers (``libraries``, :func:`libraries`)."""
+    the hash of the env's own code where the user wrote it (``env_code``, :func:`env_sources`: a ``module:Name-v0``
+    env's, a member's registered from outside pbx) and the versions of the libraries that compute the run's
+    numbers (``libraries``, :func:`libraries`)."""
     record: dict[str, Any] = dict(provenance())
     own, installed = env_sources(env)
     if own:
@@ -95,28 +96,34 @@ def run_record(env: str) -> dict[str, Any]:
 
 def env_sources(env: str) -> tuple[list[tuple[str, Path]], list[str]]:
     """The code that defines ``env`` where neither pbx nor a library pinned by version ships it: the Python
-    files of a ``module:Name-v0`` env (name, path), and the installed modules among its code (by import name).
+    files of a ``module:Name-v0`` env, and of a member registered for ``env`` from outside pbx
+    (:func:`pbx.members.register`, the route docs/add-a-member.md teaches) (name, path), and the installed
+    modules among that code (by import name).
 
     Two modules define such an env: the one ``--env`` names, which registers it (with the keyword arguments
-    the env is built with), and the one its entry point names, which holds the env class (often the same).
-    Each that lies in a library (under site-packages or the standard library) counts by the library's version
-    (:func:`libraries`); each that is the user's counts by its source. A user's module that lies in a package
-    counts with every Python file of its top-level package: its env may import helpers from anywhere in it, and
-    pbx's own hash takes every file of ``pbx/`` for the same reason, at the cost of an edit to an unrelated
-    module (a plotting script in the package) also counting as another env. Hidden folders and compiled caches
-    are left out. A module imported only while the env runs, from outside those packages, is not seen. An id
-    gymnasium or ProcGen ships, and a toy, have none: their code is the library's or pbx's.
+    the env is built with), and the one its entry point names, which holds the env class (often the same); a
+    registered member's is the module of its class. Each that lies in a library (under site-packages or the
+    standard library) counts by the library's version (:func:`libraries`); each that is the user's counts by its
+    source. A user's module that lies in a package counts with every Python file of its top-level package: its
+    env may import helpers from anywhere in it, and pbx's own hash takes every file of ``pbx/`` for the same
+    reason, at the cost of an edit to an unrelated module (a plotting script in the package) also counting as
+    another env. A module in no package counts with every module imported from its folder (a ``helper.py``
+    beside it that it imports). Hidden folders and compiled caches are left out. A module imported only while
+    the env runs, from outside those, is not seen. An id gymnasium or ProcGen ships, and a toy, have none:
+    their code is the library's or pbx's.
     """
-    module, _, _ = env.rpartition(":")
-    if not module:
-        return [], []
-    from pbx.envs.gym import env_spec
+    from pbx.members import REGISTERED
 
-    entry = env_spec(env).entry_point
-    names = [module, entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", None)]
+    module, _, _ = env.rpartition(":")
+    names = [getattr(REGISTERED.get(env), "__module__", None)]
+    if module:
+        from pbx.envs.gym import env_spec
+
+        entry = env_spec(env).entry_point
+        names += [module, entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", None)]
     own: dict[str, Path] = {}
     installed: list[str] = []
-    for name in dict.fromkeys(n for n in names if n):
+    for name in dict.fromkeys(n for n in names if n and n.split(".")[0] != "pbx"):
         top = name.split(".")[0]
         file = getattr(importlib.import_module(name), "__file__", None)
         if file is None:  # a built-in module: the interpreter's
@@ -125,8 +132,13 @@ def env_sources(env: str) -> tuple[list[tuple[str, Path]], list[str]]:
             installed.append(top)
             continue
         roots = [Path(p) for p in getattr(sys.modules[top], "__path__", [])]
-        if not roots:  # a module of its own, in no package
-            own[Path(file).name] = Path(file)
+        if not roots:  # a module of its own, in no package: it and the modules imported from beside it
+            folder = Path(file).resolve().parent
+            for loaded in list(sys.modules.values()):
+                path = Path(getattr(loaded, "__file__", None) or "")
+                # a file given relative (a module some library compiled on the fly) is not one beside it
+                if path.is_absolute() and path.suffix == ".py" and path.resolve().parent == folder:
+                    own[path.name] = path
         for root in roots:
             for folder, subfolders, files in os.walk(root):
                 subfolders[:] = [d for d in subfolders if not d.startswith(".") and d != "__pycache__"]

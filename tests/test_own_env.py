@@ -117,3 +117,40 @@ def test_an_env_with_dict_observations_is_one_line_before_anything_is_written(
         f"one array (SB3's MlpPolicy and CnnPolicy, not its MultiInputPolicy); register the env wrapped in "
         f"gymnasium.wrappers.FlattenObservation, which makes them one Box\n")
     assert not (tmp_path / "run").exists()
+
+
+def test_runs_of_a_registered_member_whose_code_differs_are_not_pooled(tmp_path: Path) -> None:
+    """docs/add-a-member.md's worked member, registered from outside pbx: seed 0 as shipped, seed 2 with its
+    objective x10. The report refuses to pool them, naming the member's code."""
+    example = ROOT / "docs" / "examples"
+    for name in ("quadratic.py", "quadratic_space.yaml"):
+        (tmp_path / name).write_text((example / name).read_text())
+
+    def train_seed(seed: int) -> None:
+        done = subprocess.run([sys.executable, "quadratic.py", "--env", "quadratic", "--search", "PBT", "--seed",
+                               str(seed), "-m", "max_budget=40", "--run-dir", f"s{seed}"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+
+    train_seed(0)
+    script = tmp_path / "quadratic.py"
+    script.write_text(script.read_text().replace("return -((self.x - 3.0) ** 2)\n",
+                                                 "return -10 * (self.x - 3.0) ** 2\n"))
+    train_seed(2)
+    refused = _pbx(tmp_path, "report", "s0", "s2", "--out", "both")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith("error: runs under 'PBT' are not one experiment: they differ in pbx.env_code (")
+    assert not (tmp_path / "both").exists()
+
+
+def test_a_module_the_env_module_imports_beside_it_counts_in_the_envs_code(tmp_path: Path, monkeypatch) -> None:
+    """An env module in no package that imports a helper beside it: an edit to the helper changes the env's code."""
+    from pbx.fingerprint import ENV_CODE, run_record
+
+    (tmp_path / "sibling_helper.py").write_text("SCALE = 1.0\n")
+    (tmp_path / "sibling_tasks.py").write_text("import sibling_helper  # noqa: F401\n" + MODULE.read_text()
+                                               .replace('"Point-v0"', '"SiblingPoint-v0"'))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = run_record("sibling_tasks:SiblingPoint-v0")[ENV_CODE]
+    (tmp_path / "sibling_helper.py").write_text("SCALE = 10.0\n")
+    assert run_record("sibling_tasks:SiblingPoint-v0")[ENV_CODE] != before
