@@ -177,12 +177,13 @@ def test_comparison_table_has_mean_std_of_the_headline_numbers(runs: dict[Path, 
     assert header[2:] == ["best member: train", "best member: test", "population mean: train",
                           "population mean: test", f"best member, mean of last {LAST_K} rounds: train",
                           f"best member, mean of last {LAST_K} rounds: test", "best member, area: train",
-                          "best member, area: test", "population mean, area: train", "population mean, area: test"]
+                          "best member, area: test", "population mean, area: train", "population mean, area: test",
+                          "steps per member"]
     for search in STRATEGIES:
         heads = [headline_of(rows) for path, rows in runs.items() if f"-{search}-" in path.name]
         cells = table_row(table, search)
-        assert cells[1] == "3"
-        assert cells[2:] == [mean_std_text([head[i] for head in heads]) for i in range(10)]
+        assert cells[1] == "3" and cells[-1] == mean_std_text([ROUNDS * T_READY] * 3)
+        assert cells[2:-1] == [mean_std_text([head[i] for head in heads]) for i in range(10)]
     assert "(2 of 3)" in table_row(table, "PBT")[3]  # PBT seed 0 has no test score
     assert sum(line.startswith("| P") for line in table.splitlines()) == len(STRATEGIES)  # one row each
     assert "no selection on the test set" in table and "Population mean: the mean over all members" in table
@@ -356,7 +357,7 @@ def test_real_toy_run_reports_population_mean_and_last_k_beside_the_best_member(
             f"{pop_area_train}, test {pop_area_test}." in summary)
     assert area_train != k_train  # the toy's scores climb, so the whole run's mean is not the last rounds'
     table = (tmp_path / "out" / "comparison.md").read_text()
-    assert table_row(table, "random")[1:] == ["1", *cells]
+    assert table_row(table, "random")[1:-1] == ["1", *cells]
     assert "mean of last 3 rounds" in table_row(table, "strategy")[6]
     # make_run writes what the runner writes, but for the hyperparameter columns
     make_run(tmp_path / "made", "random", 0)
@@ -381,6 +382,22 @@ def test_runs_of_different_experiments_are_not_pooled(tmp_path: Path) -> None:
     table = (tmp_path / "out" / "comparison.md").read_text()
     assert table_row(table, "PBT (max_budget=24, pop_size=8)")[1] == "1"
 
+
+
+def test_strategies_at_unequal_budgets_are_compared_with_a_note_and_a_steps_column(tmp_path: Path) -> None:
+    """PBT at max_budget 40 against none at ten times it: the comparison says the budgets differ, on the command's
+    stderr and in the generated files, and its table shows the steps each strategy's members trained."""
+    run_toy(tmp_path / "pbt", max_budget=40)
+    run_toy(tmp_path / "none", search="none", max_budget=400)
+    result = report(str(tmp_path / "pbt"), str(tmp_path / "none"), "--out", str(tmp_path / "out"), "--reps", "20",
+                    "--baseline", "none")
+    note = ("the strategies were not trained on one budget, so their scores differ by it too: PBT max_budget 40, "
+            "t_ready 4, members trained 40 steps; none max_budget 400, t_ready 4, members trained 400 steps")
+    assert result.returncode == 0 and f"note: {note}\n" in result.stderr, result.stderr
+    for name in ("statistics.md", "comparison.md"):
+        assert f"Note: {note}." in (tmp_path / "out" / name).read_text()
+    table = (tmp_path / "out" / "comparison.md").read_text()
+    assert "steps per member" in table and table_row(table, "none")[-1] == "400"
 
 def test_runs_of_other_library_versions_are_pooled_with_a_note(tmp_path: Path) -> None:
     """Two seeds of one toy experiment, one trained (and resumed) under other NumPy versions: pooled, and the

@@ -141,8 +141,9 @@ def _headline_table(study: Study) -> str:
         for label in study.labels:
             heads = [headline(run, study.k) for run in study.cells[label][game]]
             numbers = np.array([[*h.best, *h.population, *h.last_k, *h.area, *h.population_area] for h in heads])
+            steps = np.array([float(run.frame["steps"].max()) for run in study.cells[label][game]])
             rows.append([*([game] if several else []), label, str(len(heads)),
-                         *(mean_std(column) for column in numbers.T)])
+                         *(mean_std(column) for column in numbers.T), mean_std(steps)])
     k = study.k
     return "\n".join([
         f"# Final scores on {', '.join(study.games)}", "",
@@ -150,9 +151,10 @@ def _headline_table(study: Study) -> str:
                         "best member: test", "population mean: train", "population mean: test",
                         f"best member, mean of last {k} rounds: train",
                         f"best member, mean of last {k} rounds: test", "best member, area: train",
-                        "best member, area: test", "population mean, area: train", "population mean, area: test"],
-                       rows), "",
-        FINAL_SCORE_NOTE + " Raw scores, mean ± sample standard deviation (ddof=1) over runs; "
+                        "best member, area: test", "population mean, area: train", "population mean, area: test",
+                        "steps per member"], rows), "",
+        FINAL_SCORE_NOTE + " Steps per member: the most env steps a member of the run trained. Raw scores, mean "
+        "± sample standard deviation (ddof=1) over runs; "
         "n/a where no run has a score; `(m of n)` where only m runs have one.", "", *_notes(study),
         "Runs:", *runs_of(study, study.labels), "",
     ])

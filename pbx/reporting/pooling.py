@@ -116,8 +116,28 @@ def pool(runs: Sequence[Run], labels: Sequence[str], split: bool, names: Sequenc
             name = f"{label} ({_values(p, keys, short=True)})" if keys else label
             groups.setdefault(name, []).append(run)
             origin[name] = named[label]
-    notes = (_library_note(label, members) for label, members in groups.items())
+    notes = [*(_library_note(label, members) for label, members in groups.items()), _budget_note(groups)]
     return Pooled(groups, origin, tuple(note for note in notes if note))
+
+
+def _budget_note(groups: Mapping[str, Sequence[Run]]) -> str:
+    """``the strategies were not trained on one budget ...: PBT max_budget 40, t_ready 4, members trained 40
+    steps; none ...`` where the groups differ in ``max_budget``, ``t_ready`` or the steps their members really
+    trained (BG-PBT's and IPBT's larger rounds leave theirs short by design); "" where they agree. A score
+    comparison between them measures the budget too, which the reader must know to judge it."""
+    def values(runs: Sequence[Run], read: Any) -> str:
+        found = sorted({read(run) for run in runs})
+        return f"{found[0]:,}" if len(found) == 1 else f"{found[0]:,} to {found[-1]:,}"
+
+    budgets = {label: (values(runs, lambda run: int(run.config["run"]["max_budget"])),
+                       values(runs, lambda run: int(run.config["run"]["t_ready"])),
+                       values(runs, lambda run: int(run.frame["steps"].max())))
+               for label, runs in groups.items()}
+    if len(set(budgets.values())) <= 1:
+        return ""
+    return ("the strategies were not trained on one budget, so their scores differ by it too: "
+            + "; ".join(f"{label} max_budget {budget}, t_ready {t_ready}, members trained {steps} steps"
+                        for label, (budget, t_ready, steps) in budgets.items()))
 
 
 def _library_note(label: str, runs: Sequence[Run]) -> str:
