@@ -84,6 +84,8 @@ class RunSettings:
             raise UsageError(f"t_ready must be a positive number of steps, got {self.t_ready}")
         if self.max_budget is not None and self.t_ready is not None and self.max_budget < self.t_ready:
             raise UsageError(f"max_budget ({self.max_budget}) must be at least t_ready ({self.t_ready})")
+        if not 0 <= self.seed < 2**32:  # NumPy's seeds, which every member's and decision's stream derives from
+            raise UsageError(f"seed must be a whole number from 0 to 2**32 - 1, got {self.seed}")
         if self.eval_every < 1:
             raise UsageError(f"eval_every must be a positive number of rounds, got {self.eval_every}")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -162,6 +164,6 @@ def coerce(name: str, value: Any, hint: Any) -> Any:
             if isinstance(value, (dict, list)):
                 raise ValueError
             return str(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int() of an infinite float (1e400)
         raise UsageError(f"{name} must be {getattr(hint, '__name__', hint)}, got {value!r}") from None
     return value

@@ -91,6 +91,9 @@ BAD = [
     (["-m", "eval_every=0"], "eval_every must be a positive number of rounds, got 0"),
     (["--device", "tpu"], "device must be auto, cpu or cuda"),
     (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
+    (["--seed", "-1"], "seed must be a whole number from 0 to 2**32 - 1, got -1"),
+    (["-m", "seed=4294967296"], "seed must be a whole number from 0 to 2**32 - 1, got 4294967296"),
+    (["-m", "max_budget=1e400"], "max_budget must be int, got '1e400'"),
     (["--config", "missing.yaml"], "config file not found: missing.yaml"),
 ]
 
