@@ -292,7 +292,8 @@ def member_row(frame: pd.DataFrame, member: str | int) -> pd.Series:
         newest_first = best_rows(frame[frame["round"].isin([*generation_ends(frame), last["round"].iloc[0]])]).iloc[::-1]
         return newest_first.iloc[rank_best_first(newest_first["score"].to_numpy(dtype=float))[0]]
     ids = last["member"].astype(int).tolist()
-    if not str(member).isdigit() or int(member) not in ids:
+    # ASCII digits only: str.isdigit() passes "²" (which int() refuses) and "٣" (which int() reads as 3)
+    if not (str(member).isascii() and str(member).isdigit()) or int(member) not in ids:
         raise UsageError(f"--member must be best, kept or a member of the run ({min(ids)} to {max(ids)}), "
                          f"got {member!r}")
     return last[last["member"] == int(member)].iloc[0]

@@ -204,3 +204,11 @@ def test_a_skipped_member_that_ties_its_donor_is_not_named_best() -> None:
     assert skipped(frame).tolist() == [False] * 4 + [True, False, False, False]
     assert best_rows(frame)["member"].tolist() == [3, 3]
     assert member_row(frame, "best")["member"] == 3
+
+
+@pytest.mark.parametrize("member", ["²", "٣", "+1", " 1"])
+def test_a_member_that_is_not_ascii_digits_is_refused(member: str) -> None:
+    """``int()`` takes ``٣`` as 3 and fails on ``²``, which ``str.isdigit`` both passes: neither is a member id."""
+    rows = [Row(m, 0, 10, 0.0, float(m), math.nan, m, False, {"lr": 0.002}) for m in range(4)]
+    with pytest.raises(UsageError, match="--member must be best, kept or a member of the run"):
+        member_row(History(["lr"]).with_rows(rows).frame, member)
