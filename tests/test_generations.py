@@ -123,8 +123,6 @@ def test_the_report_counts_the_members_of_the_last_round(tmp_path: Path) -> None
     assert ", 4 members in the last round," in (RunDir(run).report / "summary.md").read_text()
 
 
-@pytest.mark.xfail(strict=True, reason="IPBT.restart_due (pbx/strategies/ipbt.py, owned by the algorithm work) "
-                                       "allows a restart round that uses up the budget exactly")
 def test_an_ipbt_run_ends_with_its_population_when_a_restart_would_take_the_last_round(tmp_path: Path) -> None:
     """At max_budget 112 (pop 4, t_ready 4) the toy's restart after round 23, 8 candidates at 8 steps, uses up the
     budget exactly: the run ends on the uncut candidates (the reference cuts them inside the round). A restart

@@ -107,9 +107,10 @@ class IPBT(Generational):
         if self.context is None or self.context.plan is None:
             raise ValueError("IPBT needs the run's RunContext with its plan: build it with RunConfig.build_strategy()")
         plan = self.context.plan(restart_marks(history.frame))
-        # the restart round (init_factor x pop_size candidates for the longer step) must fit what is left
+        # the restart round (init_factor x pop_size candidates for the longer step) must fit what is left and
+        # leave a round after it: the cut to pop_size comes with the next decisions, and none follow the last round
         longer = self.round_length(self.settings, self.context.t_ready, plan.restarts[-1] + 1)
-        if plan.nominal_ends[-1] + self.settings.init_factor * longer > plan.max_budget:
+        if plan.nominal_ends[-1] + self.settings.init_factor * longer >= plan.max_budget:
             return False
         if late(plan.nominal_ends, self.settings.step_factor, plan.max_budget):
             return False
