@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from pbx.history import History, Row
+from pbx.history import History, Row, skipped
 from pbx.strategies.generations import copula
 from pbx.strategies.ipbt import late
 from conftest import toy_config
@@ -37,6 +37,21 @@ def test_an_explored_member_tied_with_the_best_is_a_trust_region_success() -> No
     history = _history([[1.0, 0.0]] + [[float(r), float(r)] for r in range(1, 4)],
                        explored=[[False, False]] + [[False, True]] * 3)
     assert strategy.trust_length(history) == pytest.approx(0.6)
+
+
+def test_a_skipped_explored_member_is_not_a_trust_region_success() -> None:
+    """Member 1 copies member 0 and is explored every round, but skips it (its steps stay its donor's of the round
+    before): its row carries member 0's score, which ties the best, with a config that never trained. That is no
+    success of the explore (``history.skipped``): the region stays at 0.4, where counting it grew it to 0.6."""
+    strategy = toy_config(search="BGPBT", pop_size=2).build_strategy()
+    config = {"h0": 0.5, "h1": 0.5}
+    rows = [Row(0, 0, 10, 0.0, 1.0, np.nan, 0, False, config), Row(1, 0, 10, 0.0, 0.0, np.nan, 1, False, config)]
+    for r in range(1, 4):
+        rows += [Row(0, r, 10 * (r + 1), 0.0, 1.0, np.nan, 0, False, config),
+                 Row(1, r, 10 * r, 0.0, 1.0, np.nan, 0, True, {"h0": 0.6, "h1": 0.4}, carried=True)]
+    history = History(["h0", "h1"]).with_rows(rows)
+    assert skipped(history.frame).tolist() == [False] * 3 + [True, False, True, False, True]
+    assert strategy.trust_length(history) == pytest.approx(0.4)
 
 
 def _converging_history(seed: int, pop: int = 8, rounds: int = 6) -> History:

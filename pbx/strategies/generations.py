@@ -41,7 +41,7 @@ from scipy.stats import norm, rankdata
 from threadpoolctl import threadpool_limits
 
 from pbx.errors import UsageError
-from pbx.history import History, rank_best_first
+from pbx.history import History, rank_best_first, skipped
 from pbx.space import Config, Space
 from pbx.strategies.acquisition import Acquisition, Box, perturbed
 from pbx.strategies.base import Decision, Pending, RoundContext
@@ -257,14 +257,16 @@ class Generational(PB2):
     def trust_length(self, history: History) -> float:
         """The trust region's side after the latest round: replayed over the current generation's rounds after
         its first, a success each round in which a member whose config an explore chose has the round's best
-        score (the references' test: any such member tied with the best counts)."""
+        score (the references' test: any such member tied with the best counts). A member that skipped its round
+        (:func:`pbx.history.skipped`) carries its donor's score beside a config that never trained: not a success."""
         s = self.settings
         frame = history.frame
+        trained = ~skipped(frame)
         length, wins, losses = s.tr_init, 0, 0
         for _, rows in frame[frame["round"] > generation_start(history)].groupby("round", sort=True):
             scores = rows["score"].to_numpy(float)
-            won = bool(np.isfinite(scores).any() and (rows["explored"].to_numpy(bool)
-                                                      & (scores == np.nanmax(scores))).any())
+            explored = rows["explored"].to_numpy(bool) & trained.loc[rows.index].to_numpy(bool)
+            won = bool(np.isfinite(scores).any() and (explored & (scores == np.nanmax(scores))).any())
             wins, losses = (wins + 1, 0) if won else (0, losses + 1)
             if wins >= s.succ_tol:
                 length, wins = min(length * s.tr_factor, s.tr_max), 0
