@@ -141,3 +141,26 @@ def test_the_gp_across_generations_leaves_out_the_candidates_the_cut_dropped() -
                  explored=False, config=configs[0][4 + m]) for m in range(4)]
     points = cfg.build_strategy().meta_points(History(["h0", "h1"]).with_rows(rows), cfg.space)
     assert sorted(round(p[1]) for p in points) == [4, 5, 6, 7] and all(p[3] > 0 for p in points)
+
+
+def test_a_bgpbt_restart_is_the_references_global_one_and_pbx_local_search_a_setting() -> None:
+    """The reference's ``reinit_population_global``: 10 x 24 random configs, the best 8 by UCB (1.96) on an
+    auxiliary GP whose one point (a finished generation's best) makes the draws farthest from it the picks.
+    ``restart_search: local`` is pbx's earlier search, in a box of side 0.4 around the best member's config."""
+    cfg = toy_config(search="BGPBT", pop_size=8)
+    strategy, history = cfg.build_strategy(), _converging_history(0)
+    decisions = strategy.restart(history, cfg.space, {m: m for m in range(8)}, np.random.default_rng(0))
+    rng = np.random.default_rng(0)
+    draws = [cfg.space.sample(rng) for _ in range(10 * 3 * 8)]
+    aux = strategy.auxiliary(history, cfg.space)
+    assert aux is not None and len(aux.X) == 1  # one finished generation, one point
+    distance = [float(np.linalg.norm(cfg.space.to_unit(c) - aux.X[0, 2:])) for c in draws]
+    farthest = [draws[i] for i in np.argsort(distance)[::-1][:8]]
+    assert [d.config for d in decisions] == farthest and all(d.restart for d in decisions)
+
+    latest = history.latest()
+    best = cfg.space.to_unit(history.config_of(latest.iloc[int(np.argmax(latest["score"]))]))
+    local = toy_config({"restart_search": "local"}, search="BGPBT", pop_size=8)
+    picks = local.build_strategy().restart(history, cfg.space, {m: m for m in range(8)}, np.random.default_rng(0))
+    assert all(np.all(np.abs(cfg.space.to_unit(d.config) - best) <= 0.2 + 1e-9) for d in picks)
+    assert any(np.any(np.abs(cfg.space.to_unit(d.config) - best) > 0.2) for d in decisions)

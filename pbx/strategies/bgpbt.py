@@ -11,8 +11,11 @@ are not built):
   (:mod:`pbx.strategies.generations`);
 - a generation that went ``patience`` (15) rounds in a row without a round best
   equal to its best so far restarts: every member keeps its weights and takes a new
-  config, picked by a GP across the finished generations
-  (:meth:`~pbx.strategies.generations.Generational.across_generations`); the trust
+  config, the best of many random ones by an auxiliary GP on each finished
+  generation's best (the reference's global restart,
+  :meth:`~pbx.strategies.generations.Generational.global_configs`; ``restart_search:
+  local`` is pbx's earlier search near the best member,
+  :meth:`~pbx.strategies.generations.Generational.across_generations`); the trust
   region and the BO's data start again with the new generation.
 
 Departures from the reference are listed in docs/algorithms.md.
@@ -24,10 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pbx.errors import UsageError
 from pbx.history import History, rank_best_first
 from pbx.space import Space
 from pbx.strategies.base import Decision
 from pbx.strategies.generations import Generational, GenerationalSettings, generation_start
+
+RESTART_SEARCHES = ("global", "local")
+"""The values of :attr:`BGPBTSettings.restart_search`."""
 
 
 @dataclass
@@ -37,6 +44,18 @@ class BGPBTSettings(GenerationalSettings):
     init_factor: int = 3
     patience: int = 15
     """Rounds in a row without the generation's best score before a restart."""
+    restart_search: str = "global"
+    """Where a restart's configs come from: ``global``, the reference's, the best ``pop_size`` of 10 x the first
+    population's size random configs by UCB (1.96) on an auxiliary GP fit on each finished generation's predicted
+    best (:meth:`~pbx.strategies.generations.Generational.global_configs`), or ``local``, pbx's, UCB on the GP
+    across generations in a box of side ``tr_init`` around the best member's config (IPBT's search,
+    :meth:`~pbx.strategies.generations.Generational.across_generations`)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.restart_search not in RESTART_SEARCHES:
+            raise UsageError(f"restart_search must be one of {', '.join(RESTART_SEARCHES)}, "
+                             f"got {self.restart_search!r}")
 
 
 class BGPBT(Generational):
@@ -60,7 +79,11 @@ class BGPBT(Generational):
     def restart(self, history: History, space: Space, kept: dict[int, int],
                 rng: np.random.Generator) -> list[Decision]:
         latest = history.latest().set_index("member").loc[list(kept.values())].reset_index()
-        best = history.config_of(latest.iloc[rank_best_first(latest["score"].to_numpy(float))[0]])
-        configs = self.across_generations(history, space, len(kept), best, [], rng)
-        return [Decision(member, source, config, ("restart", "hps by the GP across generations"), explored=True,
-                         restart=True) for (member, source), config in zip(kept.items(), configs)]
+        if self.settings.restart_search == "global":
+            configs, op = self.global_configs(history, space, len(kept), rng), "hps by the global restart's GP"
+        else:
+            best = history.config_of(latest.iloc[rank_best_first(latest["score"].to_numpy(float))[0]])
+            configs, op = self.across_generations(history, space, len(kept), best, [], rng), \
+                "hps by the GP across generations"
+        return [Decision(member, source, config, ("restart", op), explored=True, restart=True)
+                for (member, source), config in zip(kept.items(), configs)]

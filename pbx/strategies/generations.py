@@ -45,7 +45,7 @@ from pbx.history import History, rank_best_first, skipped
 from pbx.space import Config, Space
 from pbx.strategies.acquisition import Acquisition, Box, perturbed
 from pbx.strategies.base import Decision, Pending, RoundContext
-from pbx.strategies.gp import Posterior, Scale, fit_kernel, quiet
+from pbx.strategies.gp import FALLBACK_NOISE, Posterior, Scale, fit_kernel, quiet
 from pbx.strategies.observations import Intervals, intervals
 from pbx.strategies.pb2 import MIN_ROWS, PB2, PB2Settings
 from pbx.strategies.pbt import perturb
@@ -57,6 +57,10 @@ TR_SEARCHES = ("perturb", "climb")
 """The values of :attr:`GenerationalSettings.tr_search`."""
 EXPLOIT_RULES = ("reference", "selection")
 """The values of :attr:`GenerationalSettings.exploit_rule`."""
+GLOBAL_DRAWS = 10
+"""Random configs a global restart ranks, per member of the first population (the reference's ``10 * n_init``)."""
+GLOBAL_BETA = 1.96
+"""The global restart's UCB weight on the auxiliary GP (the reference's LCB at 1.96)."""
 
 
 @dataclass
@@ -314,6 +318,80 @@ class Generational(PB2):
                     new |= {name: space.params[name].sample(rng) for name in space.continuous}
             picks.append(new)
         return picks
+
+    def global_configs(self, history: History, space: Space, count: int, rng: np.random.Generator) -> list[Config]:
+        """``count`` configs for a new generation by the reference's global restart (``AwesomeLemon/IPBT``
+        ``algo/bgpbt.py`` ``reinit_population_global``, after ``xingchenwan/bgpbt``'s
+        ``_generate_initializing_points_ucb``): :data:`GLOBAL_DRAWS` x the first population's size random configs
+        from the prior, the best ``count`` by UCB (:data:`GLOBAL_BETA`) on an auxiliary GP (:meth:`auxiliary`),
+        best first. Its one point per finished generation makes the configs far from them score highest while
+        they are few: the restart leaves the old bests. With no auxiliary GP the first ``count`` draws are taken.
+        Categorical values are the draws' own (the auxiliary GP reads the continuous ones)."""
+        draws = [space.sample(rng) for _ in range(GLOBAL_DRAWS * self.initial_size(self.settings, self.pop_size))]
+        aux = self.auxiliary(history, space) if space.continuous else None
+        if aux is None:
+            return draws[:count]
+        units = np.array([space.to_unit(c) for c in draws])
+        pending = np.zeros((0, 2 + len(space.continuous)))
+        try:
+            with quiet():
+                values, _ = Acquisition(aux, (0.0, 0.0), pending, GLOBAL_BETA)(units)
+        except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
+            logger.warning("%s: the global restart's auxiliary GP failed (%s); drawing from the prior", self.name, err)
+            return draws[:count]
+        order = np.argsort(-np.where(np.isfinite(values), values, -np.inf), kind="stable")
+        return [draws[int(i)] for i in order[:count]]
+
+    def auxiliary(self, history: History, space: Space) -> Posterior | None:
+        """The global restart's auxiliary GP, or None (too little data, a failed fit).
+
+        A GP on the generation that ends now (its last ``window`` intervals, copula targets, pbx's time-varying
+        kernel: the reference's ``S_t``) predicts, at each finished generation's own latest time, each of that
+        generation's intervals (time and score scaled over the generation itself, as the reference normalises
+        each generation's data on its own); the best prediction's config and value are one point. The auxiliary
+        GP is fit on these points over the continuous hyperparameters alone (time and score held at 0), its prior
+        mean their mean, as the reference's learned constant mean.
+        """
+        data = intervals(history, space, len(history.frame))
+        frame = history.frame
+        generation = dict(zip(frame["round"], generation_of(frame)))
+        first = {g: r for r, g in sorted(generation.items(), reverse=True)}
+        of = np.array([generation[int(r)] for r in data.round], dtype=int)
+        inside = np.array([int(r) > first[g] for r, g in zip(data.round, of)], dtype=bool)
+        fitted = []  # (generation's intervals, their scaled inputs) for each generation with data
+        for g in sorted(first):
+            gen = data.where(inside & (of == g))
+            gen = gen.where(np.arange(len(gen.rate)) >= len(gen.rate) - self.settings.window)
+            if len(gen.rate):
+                X = np.column_stack([Scale.fit(gen.t)(gen.t), Scale.fit(gen.reward)(gen.reward), gen.unit])
+                fitted.append((g, gen, X))
+        if not fitted or fitted[-1][0] != max(first):  # S_t learns from the generation that ends now
+            return None
+        _, last, X_last = fitted[-1]
+        y = copula(last.rate) if len(last.rate) >= MIN_ROWS else None
+        if y is None:
+            return None
+        try:
+            with quiet():
+                surrogate = self._posterior(X_last, y, 0)
+                inputs, targets = [], []
+                for _, gen, X in fitted:
+                    query = np.column_stack([np.full(len(X), X[:, 0].max()), X[:, 1:]])
+                    mean = surrogate.prior_mean + surrogate.kernel.K(query, surrogate.X) @ surrogate.alpha
+                    best = int(np.argmax(mean))
+                    inputs.append(gen.unit[best])
+                    targets.append(float(mean[best]))
+                X_aux = np.column_stack([np.zeros((len(inputs), 2)), np.array(inputs)])
+                y_aux = np.array(targets)
+                centre = float(np.mean(y_aux))
+                try:
+                    kernel, noise = fit_kernel(X_aux, y_aux - centre)
+                except (linalg.LinAlgError, FloatingPointError, ValueError):
+                    kernel, noise = fit_kernel(X_aux, y_aux - centre, fixed_noise=FALLBACK_NOISE)
+                return Posterior(kernel, noise, X_aux, y_aux, centre)
+        except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
+            logger.warning("%s: the global restart's GPs failed (%s); drawing from the prior", self.name, err)
+            return None
 
     def meta_points(self, history: History, space: Space) -> list[tuple[float, float, np.ndarray, float]]:
         """The GP across generations' observations, ``(t, R, unit config, rate)``: each member of each generation's
