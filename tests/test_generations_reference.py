@@ -164,3 +164,19 @@ def test_a_bgpbt_restart_is_the_references_global_one_and_pbx_local_search_a_set
     picks = local.build_strategy().restart(history, cfg.space, {m: m for m in range(8)}, np.random.default_rng(0))
     assert all(np.all(np.abs(cfg.space.to_unit(d.config) - best) <= 0.2 + 1e-9) for d in picks)
     assert any(np.any(np.abs(cfg.space.to_unit(d.config) - best) > 0.2) for d in decisions)
+
+
+def test_bgpbt_starts_its_trust_region_and_bo_data_again_when_the_region_collapses() -> None:
+    """An explored member never has the round's best: the region shrinks after rounds 10, 20 and 30 (0.4, 0.267,
+    0.178, then the floor 0.15). The original BG-PBT (``adjust_tr_length(restart=True)``) then starts again: the
+    side at 0.4, the BO's data after round 30, and the patience record too. ``tr_collapse: stay`` (IPBT's
+    default) keeps 0.15."""
+    history = _history([[float(r), float(r) - 0.5] for r in range(33)], explored=[[False, r > 0] for r in range(33)])
+    strategy = toy_config(search="BGPBT", pop_size=2).build_strategy()
+    assert strategy.trust_length(history) == pytest.approx(0.4) and strategy.bo_start(history) == 30
+    assert strategy.observations(history, toy_config(search="BGPBT").space).round.min() == 31
+    assert strategy.segments(history.frame).tolist() == [0] * 31 + [1] * 2
+    stay = toy_config({"tr_collapse": "stay"}, search="BGPBT", pop_size=2).build_strategy()
+    assert stay.trust_length(history) == pytest.approx(0.15) and stay.bo_start(history) == 0
+    ipbt = toy_config(search="IPBT", pop_size=2, max_budget=10_000).build_strategy()
+    assert ipbt.trust_length(history) == pytest.approx(0.15)

@@ -44,6 +44,7 @@ class BGPBTSettings(GenerationalSettings):
     init_factor: int = 3
     patience: int = 15
     """Rounds in a row without the generation's best score before a restart."""
+    tr_collapse: str = "restart"
     restart_search: str = "global"
     """Where a restart's configs come from: ``global``, the reference's, the best ``pop_size`` of 10 x the first
     population's size random configs by UCB (1.96) on an auxiliary GP fit on each finished generation's predicted
@@ -69,9 +70,19 @@ class BGPBT(Generational):
 
     def restart_due(self, history: History) -> bool:
         frame = history.frame
-        bests = frame[frame["round"] >= generation_start(history)].groupby("round", sort=True)["score"].max()
+        start = generation_start(history)
+        collapses = set(self.trust_region(frame, start)[1])
+        bests = frame[frame["round"] >= start].groupby("round", sort=True)["score"].max()
         record, fails = -np.inf, 0
-        for best in bests.to_numpy(float):
+        for r, best in bests.items():
+            if r in collapses:
+                # the reference's collapse moves its data on (n_distills) before this round's test, which then
+                # finds none (a fail); the new record starts at the scores its explores carry over (their donors')
+                after = frame[(frame["round"] == r + 1) & frame["explored"]]["parent"]
+                now = frame[frame["round"] == r].set_index("member")["score"]
+                carried = now.reindex(after.unique()).to_numpy(float)
+                record, fails = (np.nanmax(carried) if np.isfinite(carried).any() else -np.inf), fails + 1
+                continue
             record = max(record, best) if np.isfinite(best) else record
             fails = 0 if np.isfinite(best) and best >= record else fails + 1
         return fails >= self.settings.patience

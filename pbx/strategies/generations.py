@@ -55,6 +55,8 @@ logger = logging.getLogger(__name__)
 
 TR_SEARCHES = ("perturb", "climb")
 """The values of :attr:`GenerationalSettings.tr_search`."""
+TR_COLLAPSES = ("restart", "stay")
+"""The values of :attr:`GenerationalSettings.tr_collapse`."""
 EXPLOIT_RULES = ("reference", "selection")
 """The values of :attr:`GenerationalSettings.exploit_rule`."""
 GLOBAL_DRAWS = 10
@@ -89,6 +91,11 @@ class GenerationalSettings(PB2Settings):
     ``donor * U(0.8, 1.2)`` (:func:`~pbx.strategies.acquisition.perturbed`), or ``climb``, pbx's: L-BFGS-B from
     screened points and the donor's and running members' configs (:func:`~pbx.strategies.acquisition.maximise`,
     PB2's search), which finds the acquisition's maximum in the region rather than near the donor."""
+    tr_collapse: str = "stay"
+    """What a trust region that shrinks to ``tr_min`` does: ``restart``, the original BG-PBT's (``xingchenwan/bgpbt``
+    ``adjust_tr_length(restart=True)``, kept by ``AwesomeLemon/IPBT``'s BG-PBT), starts again at ``tr_init`` with
+    the BO's data (:meth:`Generational.bo_start`), configs and weights kept; ``stay`` keeps it at ``tr_min``.
+    BG-PBT's default is ``restart``, IPBT's ``stay`` (docs/algorithms.md)."""
     exploit_rule: str = "reference"
     """Who copies whom: ``reference``, the reference's truncation (the bottom ``k`` of the run's ``quantile``
     copy a random one of the top ``k``, whatever their scores; ``k`` rounded as the reference rounds it, ties
@@ -100,6 +107,8 @@ class GenerationalSettings(PB2Settings):
         super().__post_init__()
         if self.tr_search not in TR_SEARCHES:
             raise UsageError(f"tr_search must be one of {', '.join(TR_SEARCHES)}, got {self.tr_search!r}")
+        if self.tr_collapse not in TR_COLLAPSES:
+            raise UsageError(f"tr_collapse must be one of {', '.join(TR_COLLAPSES)}, got {self.tr_collapse!r}")
         if self.exploit_rule not in EXPLOIT_RULES:
             raise UsageError(f"exploit_rule must be one of {', '.join(EXPLOIT_RULES)}, got {self.exploit_rule!r}")
         if not 0 < self.tr_min <= self.tr_init <= self.tr_max <= 1:
@@ -239,7 +248,7 @@ class Generational(PB2):
 
     def observations(self, history: History, space: Space) -> Intervals:
         data = intervals(history, space, len(history.frame))
-        data = data.where(data.round > generation_start(history))
+        data = data.where(data.round > self.bo_start(history))
         return data.where(np.arange(len(data.rate)) >= len(data.rate) - self.settings.window)
 
     def targets(self, rates: np.ndarray) -> np.ndarray | None:
@@ -259,15 +268,24 @@ class Generational(PB2):
         return perturbed(acquisition, box, donor_unit, rng)
 
     def trust_length(self, history: History) -> float:
-        """The trust region's side after the latest round: replayed over the current generation's rounds after
-        its first, a success each round in which a member whose config an explore chose has the round's best
-        score (the references' test: any such member tied with the best counts). A member that skipped its round
-        (:func:`pbx.history.skipped`) carries its donor's score beside a config that never trained: not a success."""
+        """The trust region's side after the latest round (:meth:`trust_region`)."""
+        return self.trust_region(history.frame, generation_start(history))[0]
+
+    def trust_region(self, frame: pd.DataFrame, start: int, stop: int | None = None) -> tuple[float, list[int]]:
+        """The trust region's side after the rounds ``start < r < stop`` of a generation that begins at ``start``
+        (all of them without ``stop``), and the rounds after which it collapsed.
+
+        Replayed round by round: a success each round in which a member whose config an explore chose has the
+        round's best score (the references' test: any such member tied with the best counts). A member that
+        skipped its round (:func:`pbx.history.skipped`) carries its donor's score beside a config that never
+        trained: not a success. With ``tr_collapse: restart`` a side at ``tr_min`` starts again at ``tr_init``
+        (the original BG-PBT's ``adjust_tr_length(restart=True)``), and the BO's data with it
+        (:meth:`bo_start`)."""
         s = self.settings
-        frame = history.frame
         trained = ~skipped(frame)
-        length, wins, losses = s.tr_init, 0, 0
-        for _, rows in frame[frame["round"] > generation_start(history)].groupby("round", sort=True):
+        length, wins, losses, collapses = s.tr_init, 0, 0, []
+        rows_after = frame[(frame["round"] > start) & (frame["round"] < (np.inf if stop is None else stop))]
+        for r, rows in rows_after.groupby("round", sort=True):
             scores = rows["score"].to_numpy(float)
             explored = rows["explored"].to_numpy(bool) & trained.loc[rows.index].to_numpy(bool)
             won = bool(np.isfinite(scores).any() and (explored & (scores == np.nanmax(scores))).any())
@@ -276,7 +294,28 @@ class Generational(PB2):
                 length, wins = min(length * s.tr_factor, s.tr_max), 0
             elif losses >= s.fail_tol:
                 length, losses = max(length / s.tr_factor, s.tr_min), 0
-        return length
+            if s.tr_collapse == "restart" and length <= s.tr_min:
+                length, wins, losses = s.tr_init, 0, 0
+                collapses.append(int(r))
+        return length, collapses
+
+    def bo_start(self, history: History) -> int:
+        """The round after which the BO's data begin: the current generation's first, or the last round after
+        which its trust region collapsed (:meth:`trust_region`)."""
+        start = generation_start(history)
+        collapses = self.trust_region(history.frame, start)[1]
+        return collapses[-1] if collapses else start
+
+    def segments(self, frame: pd.DataFrame) -> pd.Series:
+        """Each round's BO segment, numbered from 0: a new one begins with each generation and after each
+        collapse of the trust region (the reference's ``n_distills``, which both advance)."""
+        starts = sorted(int(r) for r in frame.loc[frame["restart"], "round"].unique())
+        bounds = [0, *[r for r in starts if r > 0]]
+        begins = []
+        for begin, stop in zip(bounds, [*bounds[1:], None]):
+            begins += [begin, *(r + 1 for r in self.trust_region(frame, begin, stop)[1])]
+        rounds = np.arange(int(frame["round"].max()) + 1)
+        return pd.Series(np.searchsorted(np.array(sorted(begins)), rounds, side="right") - 1, index=rounds)
 
     def across_generations(self, history: History, space: Space, count: int, centre: Config,
                            taken: list[Config], rng: np.random.Generator) -> list[Config]:
@@ -354,18 +393,17 @@ class Generational(PB2):
         """
         data = intervals(history, space, len(history.frame))
         frame = history.frame
-        generation = dict(zip(frame["round"], generation_of(frame)))
-        first = {g: r for r, g in sorted(generation.items(), reverse=True)}
-        of = np.array([generation[int(r)] for r in data.round], dtype=int)
-        inside = np.array([int(r) > first[g] for r, g in zip(data.round, of)], dtype=bool)
-        fitted = []  # (generation's intervals, their scaled inputs) for each generation with data
-        for g in sorted(first):
+        segment = self.segments(frame)  # the reference's n_distills: generations, and trust-region collapses
+        of = segment.loc[data.round].to_numpy(int)
+        inside = ~np.isin(data.round, frame.loc[frame["restart"], "round"].unique())  # as :meth:`observations`
+        fitted = []  # (segment, its intervals, their scaled inputs) for each segment with data
+        for g in sorted(set(segment)):
             gen = data.where(inside & (of == g))
             gen = gen.where(np.arange(len(gen.rate)) >= len(gen.rate) - self.settings.window)
             if len(gen.rate):
                 X = np.column_stack([Scale.fit(gen.t)(gen.t), Scale.fit(gen.reward)(gen.reward), gen.unit])
                 fitted.append((g, gen, X))
-        if not fitted or fitted[-1][0] != max(first):  # S_t learns from the generation that ends now
+        if not fitted or fitted[-1][0] != segment.max():  # S_t learns from the segment that ends now
             return None
         _, last, X_last = fitted[-1]
         y = copula(last.rate) if len(last.rate) >= MIN_ROWS else None
