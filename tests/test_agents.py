@@ -143,6 +143,23 @@ def test_learning_rate_set_by_apply_reaches_every_optimizer_sac_has() -> None:
     assert member.config == {"learning_rate": 2e-5, "gamma": 0.9, "batch_size": 16}
 
 
+def test_a_restart_keeps_the_optimizer_state_as_ipbts_reference_unless_told() -> None:
+    """IPBT's reference shrinks or re-initialises only the checkpoint's ``model_state_dict``: Adam's moments stay.
+    ``clear_optimizer`` (IPBT's ``optimizer_state: clear``) starts them afresh."""
+    member = _sac()
+    member.train(64)
+    optimizers = [member.model.actor.optimizer, member.model.critic.optimizer, member.model.ent_coef_optimizer]
+    moments = [{k: v.clone() for k, v in o.state[p].items()} for o in optimizers for p in o.state]
+    before = _state(member.model.policy)
+    assert moments
+    member.reset_weights("shrink_perturb", 7, 0.2, 0.1)
+    assert _moved(before, member.model.policy)
+    kept = [o.state[p] for o in optimizers for p in o.state]
+    assert len(kept) == len(moments) and all(torch.equal(a[k], b[k]) for a, b in zip(moments, kept) for k in a)
+    member.reset_weights("reinit", 7, clear_optimizer=True)
+    assert all(not o.state for o in optimizers)
+
+
 def test_a2c_trains_with_the_values_apply_set() -> None:
     from pbx.members.a2c import A2CMember, A2CSettings
 

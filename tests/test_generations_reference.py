@@ -180,3 +180,14 @@ def test_bgpbt_starts_its_trust_region_and_bo_data_again_when_the_region_collaps
     assert stay.trust_length(history) == pytest.approx(0.15) and stay.bo_start(history) == 0
     ipbt = toy_config(search="IPBT", pop_size=2, max_budget=10_000).build_strategy()
     assert ipbt.trust_length(history) == pytest.approx(0.15)
+
+
+def test_an_ipbt_restart_keeps_the_optimizer_state_and_pbx_clearing_is_a_setting() -> None:
+    """Every candidate's reset keeps the optimizer's state (the reference changes only ``model_state_dict``, for
+    its fresh-weights candidates too); ``optimizer_state: clear`` is pbx's earlier restart."""
+    history = _history([[0.0, 1.0, 2.0, 3.0]])
+    for setting, clear in [({}, False), ({"optimizer_state": "clear"}, True)]:
+        cfg = toy_config(setting, search="IPBT", pop_size=4)
+        decisions = cfg.build_strategy().restart(history, cfg.space, {m: m for m in range(4)}, np.random.default_rng(0))
+        assert {d.reset.kind for d in decisions} == {"reinit", "shrink_perturb"}
+        assert all(d.reset.clear_optimizer is clear for d in decisions)

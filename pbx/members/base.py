@@ -208,14 +208,16 @@ class Member(ABC):
     resets_weights: ClassVar[bool] = False
     """Whether :meth:`reset_weights` is there (strategies that restart the population need it: IPBT)."""
 
-    def reset_weights(self, kind: str, seed: int, shrink: float = 1.0, perturb: float = 0.0) -> None:
+    def reset_weights(self, kind: str, seed: int, shrink: float = 1.0, perturb: float = 0.0, *,
+                      clear_optimizer: bool = False) -> None:
         """Re-make the weights for a restart of the population (after any copy of a donor's state).
 
         ``kind``: ``shrink_perturb``, each weight ``shrink * w + perturb * w0``, or ``reinit``, ``w0`` alone,
         where ``w0`` is the same weight of a freshly initialised learner drawn from ``seed`` (Ash & Adams
-        2020). The step count stays: the env steps trained so far are spent budget. What the learner keeps
-        besides its weights (an optimizer's moments, normalisation statistics) starts afresh as a new learner's
-        would. Only members with :attr:`resets_weights` have it.
+        2020). The step count stays: the env steps trained so far are spent budget, and so do the optimizer's
+        state (as IPBT's reference keeps it) and the normalisation statistics; ``clear_optimizer`` starts the
+        optimizer's state afresh as a new learner's (the runner passes it only when set, so a member written
+        to the four-argument form keeps working). Only members with :attr:`resets_weights` have it.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot reset its weights")
 

@@ -129,7 +129,9 @@ class LocalExecutor(Executor):
             if d.copies:
                 member.load(donor_file(d.donor), own=False)
             if d.reset is not None:
-                member.reset_weights(d.reset.kind, d.reset.seed, d.reset.shrink, d.reset.perturb)
+                # the keyword only when set: a member written to the documented four-argument form still restarts
+                extra = {"clear_optimizer": True} if d.reset.clear_optimizer else {}
+                member.reset_weights(d.reset.kind, d.reset.seed, d.reset.shrink, d.reset.perturb, **extra)
             if d.changes:
                 member.apply(d.config)
         self.current = None

@@ -34,13 +34,16 @@ class WeightReset:
     ``shrink_perturb`` (Ash & Adams 2020): each weight becomes ``shrink * w + perturb * w0``, ``w0`` the same
     weight of a freshly initialised network; ``reinit``: the freshly initialised network alone. The fresh
     network, and any other randomness of the reset, is drawn from ``seed`` (the strategy draws it from the
-    round's generator, so a resume and the MPI runner reset alike).
+    round's generator, so a resume and the MPI runner reset alike). The optimizer's state (Adam's moments) stays,
+    as the reference's restart changes only the checkpoint's ``model_state_dict``, unless ``clear_optimizer``.
     """
 
     kind: str
     seed: int
     shrink: float = 1.0
     perturb: float = 0.0
+    clear_optimizer: bool = False
+    """Whether the optimizer's state starts afresh too (pbx's earlier restart)."""
 
 
 RESET_KINDS = ("shrink_perturb", "reinit")

@@ -52,6 +52,8 @@ NOISES = (1e-2, 0.1, 0.3, 1.0)
 unit variance, so the kernel's is 1): a fixed grid, so the choice replays exactly. Its shortest lengthscale is a
 fifth of the generation, so the GP smooths round-to-round noise instead of passing through every point (which a
 free fit prefers on a zigzag of 8 rounds; then "did the smoothed best rise" would read the raw scores)."""
+OPTIMIZER_STATES = ("keep", "clear")
+"""The values of :attr:`IPBTSettings.optimizer_state`."""
 
 
 @dataclass
@@ -72,6 +74,10 @@ class IPBTSettings(GenerationalSettings):
     """Share of a restart's candidates whose hyperparameters are drawn from the prior (the rest: the GP's)."""
     random_weights: float = 0.5
     """Share of a restart's candidates that start from freshly initialised weights."""
+    optimizer_state: str = "keep"
+    """What a restart does to the candidates' optimizer state (Adam's moments): ``keep``, the reference's (it
+    shrinks or re-initialises only the checkpoint's ``model_state_dict``), or ``clear``, pbx's earlier restart,
+    which starts it afresh as a new learner's."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -79,6 +85,9 @@ class IPBTSettings(GenerationalSettings):
             raise UsageError(f"step_factor must be >= 1, got {self.step_factor}")
         if not isinstance(self.slow_rounds, int) or self.slow_rounds < 2:
             raise UsageError(f"slow_rounds must be an integer >= 2, got {self.slow_rounds!r}")
+        if self.optimizer_state not in OPTIMIZER_STATES:
+            raise UsageError(f"optimizer_state must be one of {', '.join(OPTIMIZER_STATES)}, "
+                             f"got {self.optimizer_state!r}")
         for name in ("random_configs", "random_weights"):
             if not 0 <= getattr(self, name) <= 1:
                 raise UsageError(f"{name} must be in [0, 1], got {getattr(self, name)}")
@@ -146,9 +155,9 @@ class IPBT(Generational):
         fresh = set(rng.choice(count, size=round(s.random_weights * count), replace=False).tolist())
         decisions = []
         for i, (donor, config) in enumerate(zip(donors, configs)):
-            seed = int(rng.integers(2**31))
-            reset = WeightReset("reinit", seed) if i in fresh else WeightReset("shrink_perturb", seed, s.shrink,
-                                                                               s.perturb)
+            seed, clear = int(rng.integers(2**31)), s.optimizer_state == "clear"
+            reset = (WeightReset("reinit", seed, clear_optimizer=clear) if i in fresh
+                     else WeightReset("shrink_perturb", seed, s.shrink, s.perturb, clear_optimizer=clear))
             ops = ("restart", "hps from the prior" if i < random else "hps by the GP across generations",
                    "fresh weights" if i in fresh else f"weights {s.shrink} w + {s.perturb} w0")
             decisions.append(Decision(i, donor, config, ops, explored=True, restart=True, reset=reset))

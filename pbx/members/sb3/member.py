@@ -298,9 +298,11 @@ class SB3Member(Checkpointed, SB3Agent):
 
     resets_weights = True
 
-    def reset_weights(self, kind: str, seed: int, shrink: float = 1.0, perturb: float = 0.0) -> None:
+    def reset_weights(self, kind: str, seed: int, shrink: float = 1.0, perturb: float = 0.0, *,
+                      clear_optimizer: bool = False) -> None:
         """The policy's weights (target networks included) shrunk towards, or replaced by, a fresh policy's;
-        every optimizer's moments cleared. The fresh policy is built as SB3 builds one, from ``seed`` alone
+        every optimizer's state kept (IPBT's reference changes only the checkpoint's ``model_state_dict``), or
+        cleared with ``clear_optimizer``. The fresh policy is built as SB3 builds one, from ``seed`` alone
         (the member's own random streams are left as they were); the normalisation statistics stay, as they
         measure the env, which a restart does not change."""
         policy = self.model.policy
@@ -313,8 +315,9 @@ class SB3Member(Checkpointed, SB3Agent):
             for name, value in mine.items():
                 if torch.is_floating_point(value):
                     value.copy_(new[name] if kind == "reinit" else shrink * value + perturb * new[name])
-        for optimizer in self._learner.optimizers():
-            optimizer.state.clear()
+        if clear_optimizer:
+            for optimizer in self._learner.optimizers():
+                optimizer.state.clear()
 
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
         """The policy's actions on raw observations of a test env, normalised with the statistics frozen."""

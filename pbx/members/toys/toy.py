@@ -115,8 +115,9 @@ class ToyMember(Member):
 
     resets_weights = True
 
-    def reset_weights(self, kind: str, seed: int, shrink: float = 1.0, perturb: float = 0.0) -> None:
-        # The toy's fresh learner is always theta0: no randomness to draw.
+    def reset_weights(self, kind: str, seed: int, shrink: float = 1.0, perturb: float = 0.0, *,
+                      clear_optimizer: bool = False) -> None:
+        # The toy's fresh learner is always theta0: no randomness to draw, and no optimizer state.
         fresh = np.array(THETA0, dtype=float)
         self.theta = fresh if kind == "reinit" else shrink * self.theta + perturb * fresh
 
