@@ -16,6 +16,12 @@ whole rollouts, :meth:`pbx.members.Member.round_steps`). The run ends with the
 round whose nominal end reaches ``max_budget``; each member trains to the sum of
 the trained lengths (:meth:`pbx.config.RunConfig.steps_due`).
 
+How the budget's end is met is the strategy's (:meth:`pbx.strategies.Strategy.last_rounds`, :data:`TAILS`):
+``cut``, pbx's, ends with a round cut to what is left; ``extend``, the rule of the
+BG-PBT authors' code (``AwesomeLemon/IPBT`` ``algo/base.py`` ``adjust_step_size``),
+lengthens the round after which less than a full round would be left so that it
+takes the rest.
+
 A round that trains more members than the population (a strategy's first round
 or restart round with extra candidates) costs the budget in proportion: ``k``
 times ``pop_size`` members for ``t`` steps advance the nominal end by ``k t``, as
@@ -29,6 +35,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+TAILS = ("cut", "extend")
+"""How a plan meets ``max_budget`` (:attr:`Plan.tail`)."""
+
 
 @dataclass
 class Plan:
@@ -39,6 +48,9 @@ class Plan:
     """The nominal length of a round that begins after ``restarts`` restarts (the strategy's rule)."""
     trained: Callable[[int], int]
     """The env steps a member really trains when a round asks for ``steps`` (the member's rounding)."""
+    tail: str = "cut"
+    """``cut``: the last round is cut to what is left; ``extend``: a round that would leave less than a round of
+    its length (and not exactly none) takes all that is left."""
     nominal_ends: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
     restarts: list[int] = field(default_factory=list)
@@ -52,7 +64,10 @@ class Plan:
                              f"{len(self.ends)} rounds")
         restarts = (self.restarts[-1] if self.restarts else 0) + int(restart)
         start = self.nominal_ends[-1] if self.nominal_ends else 0
-        steps = min(self.length(restarts), math.ceil((self.max_budget - start) / cost))
+        length, left = self.length(restarts), self.max_budget - start
+        if self.tail == "extend" and left % length and start + 2 * length > self.max_budget:
+            length = left  # the reference's t_step = t_max - t_cur: the remainder joins this round
+        steps = min(length, math.ceil(left / cost))
         self.restarts.append(restarts)
         self.nominal_ends.append(start + math.ceil(steps * cost))
         self.ends.append((self.ends[-1] if self.ends else 0) + self.trained(steps))
@@ -85,6 +100,9 @@ class Plan:
         """The run's rounds if every round from here on kept the last one's length (exact for a run that never
         restarts, and for a finished one)."""
         if not self.nominal_ends:
-            return math.ceil(self.max_budget / max(self.length(0), 1))
-        left = self.max_budget - self.nominal_ends[-1]
-        return len(self.nominal_ends) + math.ceil(left / max(self.length(self.restarts[-1]), 1))
+            length = max(self.length(0), 1)
+            return max(self.max_budget // length, 1) if self.tail == "extend" else math.ceil(self.max_budget / length)
+        left, length = self.max_budget - self.nominal_ends[-1], max(self.length(self.restarts[-1]), 1)
+        if self.tail == "extend" and left > 0:
+            return len(self.nominal_ends) + max(left // length, 1)
+        return len(self.nominal_ends) + math.ceil(left / length)

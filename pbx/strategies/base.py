@@ -175,6 +175,12 @@ class Strategy(ABC):
         round's own included): ``t_ready`` by default, whatever the restarts (:mod:`pbx.plan`)."""
         return t_ready
 
+    @classmethod
+    def last_rounds(cls, settings: StrategySettings) -> str:
+        """How the plan meets the budget's end (:data:`pbx.plan.TAILS`): ``cut`` by default, the last round cut
+        to what is left."""
+        return "cut"
+
     def initial_configs(self, space: Space, pop_size: int, rng: np.random.Generator) -> list[Config]:
         """Each member's starting config (``pop_size``: :meth:`initial_size` members); by default independent
         draws from the prior."""

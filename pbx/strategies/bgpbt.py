@@ -29,6 +29,7 @@ import numpy as np
 
 from pbx.errors import UsageError
 from pbx.history import History, rank_best_first
+from pbx.plan import TAILS
 from pbx.space import Space
 from pbx.strategies.base import Decision
 from pbx.strategies.generations import Generational, GenerationalSettings, generation_start
@@ -45,6 +46,9 @@ class BGPBTSettings(GenerationalSettings):
     patience: int = 15
     """Rounds in a row without the generation's best score before a restart."""
     tr_collapse: str = "restart"
+    last_rounds: str = "extend"
+    """How the plan meets the budget's end: ``extend``, the reference's (``algo/base.py`` ``adjust_step_size``),
+    the round after which less than a round would be left takes the rest; ``cut``, pbx's, a short last round."""
     restart_search: str = "global"
     """Where a restart's configs come from: ``global``, the reference's, the best ``pop_size`` of 10 x the first
     population's size random configs by UCB (1.96) on an auxiliary GP fit on each finished generation's predicted
@@ -54,6 +58,8 @@ class BGPBTSettings(GenerationalSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.last_rounds not in TAILS:
+            raise UsageError(f"last_rounds must be one of {', '.join(TAILS)}, got {self.last_rounds!r}")
         if self.restart_search not in RESTART_SEARCHES:
             raise UsageError(f"restart_search must be one of {', '.join(RESTART_SEARCHES)}, "
                              f"got {self.restart_search!r}")
@@ -67,6 +73,10 @@ class BGPBT(Generational):
     @classmethod
     def run_defaults(cls) -> dict[str, object]:
         return {"quantile": 0.125}
+
+    @classmethod
+    def last_rounds(cls, settings: BGPBTSettings) -> str:  # type: ignore[override]
+        return settings.last_rounds
 
     def restart_due(self, history: History) -> bool:
         frame = history.frame
