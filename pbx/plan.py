@@ -20,7 +20,8 @@ How the budget's end is met is the strategy's (:meth:`pbx.strategies.Strategy.la
 ``cut``, pbx's, ends with a round cut to what is left; ``extend``, the rule of the
 BG-PBT authors' code (``AwesomeLemon/IPBT`` ``algo/base.py`` ``adjust_step_size``),
 lengthens the round after which less than a full round would be left so that it
-takes the rest.
+takes the rest; ``halves``, IPBT's there (``algo/ipbt.py`` ``adjust_step_size``),
+splits what is left at that point into two rounds.
 
 A round that trains more members than the population (a strategy's first round
 or restart round with extra candidates) costs the budget in proportion: ``k``
@@ -35,7 +36,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-TAILS = ("cut", "extend")
+TAILS = ("cut", "extend", "halves")
 """How a plan meets ``max_budget`` (:attr:`Plan.tail`)."""
 
 
@@ -50,11 +51,14 @@ class Plan:
     """The env steps a member really trains when a round asks for ``steps`` (the member's rounding)."""
     tail: str = "cut"
     """``cut``: the last round is cut to what is left; ``extend``: a round that would leave less than a round of
-    its length (and not exactly none) takes all that is left."""
+    its length (and not exactly none) takes all that is left; ``halves``: that round takes half of what is left
+    (rounded down) and the next one the rest."""
     nominal_ends: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
     restarts: list[int] = field(default_factory=list)
     """Restarts before and at each round (a restart round counts its own: it trains at the new length)."""
+    _halved: list[bool] = field(default_factory=list, repr=False)
+    """Whether each round the ``halves`` rule adjusted took half (IPBT's ``divided_step_by_two``)."""
 
     def add(self, restart: bool, cost: float = 1.0) -> None:
         """Plan the next round (``restart``: it begins a new generation; ``cost``: members it trains per member
@@ -65,8 +69,11 @@ class Plan:
         restarts = (self.restarts[-1] if self.restarts else 0) + int(restart)
         start = self.nominal_ends[-1] if self.nominal_ends else 0
         length, left = self.length(restarts), self.max_budget - start
-        if self.tail == "extend" and left % length and start + 2 * length > self.max_budget:
-            length = left  # the reference's t_step = t_max - t_cur: the remainder joins this round
+        if self.tail != "cut" and left % length and start + 2 * length > self.max_budget:
+            # the references' t_step = t_max - t_cur, or IPBT's (t_max - t_cur) // 2 the first time
+            halved = self.tail == "halves" and not any(self._halved)
+            length = left // 2 if halved else left
+            self._halved.append(halved)
         steps = min(length, math.ceil(left / cost))
         self.restarts.append(restarts)
         self.nominal_ends.append(start + math.ceil(steps * cost))
@@ -101,8 +108,12 @@ class Plan:
         restarts, and for a finished one)."""
         if not self.nominal_ends:
             length = max(self.length(0), 1)
-            return max(self.max_budget // length, 1) if self.tail == "extend" else math.ceil(self.max_budget / length)
+            if self.tail == "cut" or not self.max_budget % length:
+                return math.ceil(self.max_budget / length)
+            return max(self.max_budget // length, 1) + (self.tail == "halves")
         left, length = self.max_budget - self.nominal_ends[-1], max(self.length(self.restarts[-1]), 1)
         if self.tail == "extend" and left > 0:
             return len(self.nominal_ends) + max(left // length, 1)
+        if self.tail == "halves" and left % length:
+            return len(self.nominal_ends) + max(left // length, 1) + 1
         return len(self.nominal_ends) + math.ceil(left / length)

@@ -194,10 +194,10 @@ def test_an_ipbt_restart_keeps_the_optimizer_state_and_pbx_clearing_is_a_setting
         assert all(d.reset.clear_optimizer is clear for d in decisions)
 
 
-def test_bgpbts_plan_extends_the_round_that_would_leave_less_than_a_round() -> None:
+def test_the_plan_ends_the_budget_as_the_references_bgpbt_and_ipbt_do() -> None:
     """The reference's ``adjust_step_size`` (``algo/base.py``, which its BG-PBT inherits): when less than a full
-    step would be left after this one, this one takes the rest (``t_step = t_max - t_cur``). pbx's plan cuts a
-    short last round instead (``last_rounds: cut``)."""
+    step would be left after this one, this one takes the rest (``t_step = t_max - t_cur``); IPBT's own
+    (``algo/ipbt.py``) takes half of it the first time. pbx's plan cuts a short last round (``last_rounds: cut``)."""
     def ends(tail: str) -> list[int]:
         plan = Plan(30, lambda restarts: 4, lambda steps: steps, tail=tail)
         while not plan.done:
@@ -205,20 +205,22 @@ def test_bgpbts_plan_extends_the_round_that_would_leave_less_than_a_round() -> N
         return plan.nominal_ends
 
     assert ends("extend") == [4, 8, 12, 16, 20, 24, 30] and ends("cut") == [4, 8, 12, 16, 20, 24, 28, 30]
+    assert ends("halves") == [4, 8, 12, 16, 20, 24, 27, 30]  # IPBT's: the 6 left at 24 in two rounds of 3
     bgpbt = toy_config(search="BGPBT")
     assert bgpbt.strategy_cls.last_rounds(bgpbt.strategy) == "extend"
     pbx_rule = toy_config({"last_rounds": "cut"}, search="BGPBT")
     assert pbx_rule.strategy_cls.last_rounds(pbx_rule.strategy) == "cut"
     ipbt = toy_config(search="IPBT")
-    assert ipbt.strategy_cls.last_rounds(ipbt.strategy) == "cut"
+    assert ipbt.strategy_cls.last_rounds(ipbt.strategy) == "halves"
 
 
 @pytest.mark.xfail(strict=True, reason="pbx/config.py (under other work) does not yet pass Strategy.last_rounds to "
                                        "the Plan it builds (RunConfig.plan, StoredRun.plan)")
-def test_a_bgpbt_run_plans_its_last_rounds_as_the_reference() -> None:
-    """At max_budget 202 (t_ready 4; round 0's 12 members cost 3 rounds, ending at 12) the round from 196 takes
-    the 6 steps left, where a cut plan ends 196, 200, 202."""
-    plan = toy_config(search="BGPBT", max_budget=202).plan([False])
-    while not plan.done:
-        plan.add(False)
-    assert plan.nominal_ends[-3:] == [192, 196, 202]
+def test_bgpbt_and_ipbt_runs_plan_their_last_rounds_as_the_references() -> None:
+    """At max_budget 202 (t_ready 4; round 0's larger population costs 3 rounds for BG-PBT, 2 for IPBT) BG-PBT's
+    round from 196 takes the 6 steps left and IPBT's takes 3 and its next 3, where a cut plan ends 196, 200, 202."""
+    for search, last in [("BGPBT", [192, 196, 202]), ("IPBT", [196, 199, 202])]:
+        plan = toy_config(search=search, max_budget=202).plan([False])
+        while not plan.done:
+            plan.add(False)
+        assert plan.nominal_ends[-3:] == last, search

@@ -29,7 +29,6 @@ import numpy as np
 
 from pbx.errors import UsageError
 from pbx.history import History, rank_best_first
-from pbx.plan import TAILS
 from pbx.space import Space
 from pbx.strategies.base import Decision
 from pbx.strategies.generations import Generational, GenerationalSettings, generation_start
@@ -58,8 +57,8 @@ class BGPBTSettings(GenerationalSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.last_rounds not in TAILS:
-            raise UsageError(f"last_rounds must be one of {', '.join(TAILS)}, got {self.last_rounds!r}")
+        if self.last_rounds not in ("extend", "cut"):
+            raise UsageError(f"last_rounds must be one of extend, cut, got {self.last_rounds!r}")
         if self.restart_search not in RESTART_SEARCHES:
             raise UsageError(f"restart_search must be one of {', '.join(RESTART_SEARCHES)}, "
                              f"got {self.restart_search!r}")

@@ -74,6 +74,10 @@ class IPBTSettings(GenerationalSettings):
     """Share of a restart's candidates whose hyperparameters are drawn from the prior (the rest: the GP's)."""
     random_weights: float = 0.5
     """Share of a restart's candidates that start from freshly initialised weights."""
+    last_rounds: str = "halves"
+    """How the plan meets the budget's end: ``halves``, the reference's (``algo/ipbt.py`` ``adjust_step_size``),
+    what is left when less than two rounds remain and it is not a whole number of rounds is split into two
+    rounds; ``cut``, pbx's, a short last round."""
     optimizer_state: str = "keep"
     """What a restart does to the candidates' optimizer state (Adam's moments): ``keep``, the reference's (it
     shrinks or re-initialises only the checkpoint's ``model_state_dict``), or ``clear``, pbx's earlier restart,
@@ -85,6 +89,8 @@ class IPBTSettings(GenerationalSettings):
             raise UsageError(f"step_factor must be >= 1, got {self.step_factor}")
         if not isinstance(self.slow_rounds, int) or self.slow_rounds < 2:
             raise UsageError(f"slow_rounds must be an integer >= 2, got {self.slow_rounds!r}")
+        if self.last_rounds not in ("halves", "cut"):
+            raise UsageError(f"last_rounds must be one of halves, cut, got {self.last_rounds!r}")
         if self.optimizer_state not in OPTIMIZER_STATES:
             raise UsageError(f"optimizer_state must be one of {', '.join(OPTIMIZER_STATES)}, "
                              f"got {self.optimizer_state!r}")
@@ -106,6 +112,10 @@ class IPBT(Generational):
     @classmethod
     def round_length(cls, settings: IPBTSettings, t_ready: int, restarts: int) -> int:  # type: ignore[override]
         return max(1, round(t_ready * settings.step_factor**restarts))
+
+    @classmethod
+    def last_rounds(cls, settings: IPBTSettings) -> str:  # type: ignore[override]
+        return settings.last_rounds
 
     @classmethod
     def exploit_count(cls, quantile: float, pop_size: int) -> int:
