@@ -182,6 +182,13 @@ def test_bgpbt_starts_its_trust_region_and_bo_data_again_when_the_region_collaps
     ipbt = toy_config(search="IPBT", pop_size=2, max_budget=10_000).build_strategy()
     assert ipbt.trust_length(history) == pytest.approx(0.15)
 
+    # round 1's 100 is the generation's best; after the collapse the record is what the explores carried over
+    scores = [[100.0 if r == 1 else float(r), float(r) - 0.5] for r in range(33)]
+    peaked = _history(scores, explored=[[False, r > 0] for r in range(33)])
+    assert not toy_config({"patience": 20}, search="BGPBT", pop_size=2).build_strategy().restart_due(peaked)
+    stay = toy_config({"patience": 20, "tr_collapse": "stay"}, search="BGPBT", pop_size=2).build_strategy()
+    assert stay.restart_due(peaked)
+
 
 def test_an_ipbt_restart_keeps_the_optimizer_state_and_pbx_clearing_is_a_setting() -> None:
     """Every candidate's reset keeps the optimizer's state (the reference changes only ``model_state_dict``, for
