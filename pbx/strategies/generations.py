@@ -17,13 +17,15 @@ around the donor's config (CASMO's, without its categorical half):
   ran an explored config, and shrinks after ``fail_tol`` (10) rounds in a row
   whose best did not (down to ``tr_min``). The reference tags every row as
   explored, so there its ``L`` only grows (docs/algorithms.md); pbx counts what
-  happened, as the original BG-PBT does.
+  happened, as the original BG-PBT does, and with ``tr_collapse: restart``
+  (BG-PBT's default) a region at ``tr_min`` starts again with the BO's data, as there.
 
 A *generation* runs from a restart round (or round 0) to the round before the
 next restart; the history marks restart rounds (``restart``). A restart is each
 strategy's own (:meth:`Generational.restart_due`, :meth:`Generational.restart`);
 its new configs come from a GP across the finished generations
-(:meth:`Generational.across_generations`). Categorical hyperparameters are
+(:meth:`Generational.across_generations`, IPBT's) or from random draws ranked by an
+auxiliary GP (:meth:`Generational.global_configs`, BG-PBT's). Categorical hyperparameters are
 explored as PBT does (PB2-Rand), where CASMO moves them by its acquisition
 (docs/algorithms.md).
 """

@@ -18,7 +18,7 @@ population for stagnation; when it stagnates, IPBT restarts with a step
   (:meth:`~pbx.strategies.generations.Generational.across_generations`); half of
   them (drawn apart) get freshly initialised weights and the others
   ``shrink * w + perturb * w0`` (Ash & Adams 2020; 0.2, 0.1), ``w0`` a fresh
-  initialisation. The candidates train the restart round at the new length and
+  initialisation; the optimizer's state stays, as the reference's. The candidates train the restart round at the new length and
   the best ``pop_size`` go on (:meth:`~pbx.strategies.generations.Generational.cut`),
   as after the first round, whose population is ``init_factor`` times larger too;
 - a restart happens only while its round fits the budget: a restart round costs
