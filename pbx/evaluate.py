@@ -45,7 +45,7 @@ def build_parser() -> ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        check_options(args.episodes, args.levels, args.max_steps, args.video, args.video_episodes)
+        check_options(args.episodes, args.levels, args.max_steps, args.video, args.video_episodes, args.seed)
         target = find_target(args.run_dir, args.member)
         print(describe(target, args.levels, args.episodes, args.seed), flush=True)
         result = evaluate(target, episodes=args.episodes, levels=args.levels, seed=args.seed, device=args.device,

@@ -37,6 +37,7 @@ from pbx.reporting.runs import load_run
 from pbx.rollout import Played
 from pbx.run_dir import RunDir
 from pbx.runners.common import member_seed
+from pbx.settings import check_seed
 from pbx.video import Recorder, check_path
 
 if TYPE_CHECKING:  # hints only: SB3 imported before pbx.envs would let gym's banner through
@@ -171,7 +172,7 @@ def evaluate(target: Target, *, episodes: int = 100, levels: str = "test", seed:
             member's ``eval_max_steps``).
         video: write the first ``video_episodes`` episodes of the sampled policy to this ``.mp4`` or ``.gif``.
     """
-    check_options(episodes, levels, max_steps, video, video_episodes)
+    check_options(episodes, levels, max_steps, video, video_episodes, seed)
     cfg = target.cfg
     member = target.load_member(device)
     try:
@@ -202,8 +203,10 @@ def test_policy(cfg: RunConfig) -> str:
     return POLICIES[1] if deterministic else POLICIES[0]
 
 
-def check_options(episodes: int, levels: str, max_steps: int | None, video: Path | None, video_episodes: int) -> None:
+def check_options(episodes: int, levels: str, max_steps: int | None, video: Path | None, video_episodes: int,
+                  seed: int) -> None:
     """Raise :class:`UsageError` for options :func:`evaluate` cannot take (before any work is done)."""
+    check_seed(seed, "--seed")
     if episodes < 1:
         raise UsageError(f"--episodes must be at least 1, got {episodes}")
     if levels not in LEVELS:

@@ -19,6 +19,7 @@ from typing import Sequence
 from pbx import train
 from pbx.errors import ArgumentParser, UsageError, command_parser
 from pbx.schedule import Replay, plan_replay
+from pbx.settings import check_seed
 
 
 def build_parser() -> ArgumentParser:
@@ -37,6 +38,8 @@ def build_parser() -> ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.seed is not None:  # before the plan line, which would otherwise precede the refusal
+            check_seed(args.seed, "--seed")
         replay = plan_replay(args.source, args.member, args.seed)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -26,6 +26,14 @@ RUNNERS = ("auto", "sync", "mpi")
 COMM_MODES = ("p2p", "collective")
 
 
+def check_seed(seed: int, name: str) -> None:
+    """Raise :class:`UsageError` unless ``seed`` is one of NumPy's seeds (0 to 2**32 - 1): the run seed, from
+    which every member's and decision's stream derives, and the seeds of a replay and of ``pbx.evaluate``'s
+    levels (gymnasium refuses a negative one with a traceback)."""
+    if not 0 <= seed < 2**32:
+        raise UsageError(f"{name} must be a whole number from 0 to 2**32 - 1, got {seed}")
+
+
 @dataclass
 class RunSettings:
     """Settings every run has (the ``run`` section)."""
@@ -84,8 +92,7 @@ class RunSettings:
             raise UsageError(f"t_ready must be a positive number of steps, got {self.t_ready}")
         if self.max_budget is not None and self.t_ready is not None and self.max_budget < self.t_ready:
             raise UsageError(f"max_budget ({self.max_budget}) must be at least t_ready ({self.t_ready})")
-        if not 0 <= self.seed < 2**32:  # NumPy's seeds, which every member's and decision's stream derives from
-            raise UsageError(f"seed must be a whole number from 0 to 2**32 - 1, got {self.seed}")
+        check_seed(self.seed, "seed")
         if self.eval_every < 1:
             raise UsageError(f"eval_every must be a positive number of rounds, got {self.eval_every}")
         if self.device not in ("auto", "cpu", "cuda"):

@@ -28,6 +28,7 @@ TINY = ["--search", "none", "--batchsize", "1", "-m", "n_envs=2", "n_steps=32", 
 # Two episodes per policy, cut off after 30 steps (an untrained bigfish episode can last 1,000).
 QUICK = ["--episodes", "2", "--max-steps", "30", "--seed", "3"]
 CHECKPOINT = "checkpoints/member_0.r0.ckpt"
+SHORT = ["--episodes", "1", "--max-steps", "1"]  # an input that is not refused plays in a second
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +167,8 @@ def _damage(run: Path, tmp_path: Path, case: str) -> list[str]:
     elif case == "garbage checkpoint":
         (copy / CHECKPOINT).write_bytes(b"not a checkpoint" * 100)
     return {"member 1": [str(copy), "--member", "1"], "bad video": [str(copy), "--video", "x.avi"],
-            "0 episodes": [str(copy), "--episodes", "0"]}.get(case, [str(copy)])
+            "0 episodes": [str(copy), "--episodes", "0"], "seed -1": [str(copy), "--seed", "-1", *SHORT],
+            "seed 2**32": [str(copy), "--seed", str(2**32), *SHORT]}.get(case, [str(copy)])
 
 
 @pytest.mark.parametrize("case, message", [
@@ -177,14 +179,20 @@ def _damage(run: Path, tmp_path: Path, case: str) -> list[str]:
     ("member 1", "--member must be best, kept or a member of the run (0 to 0), got '1'"),
     ("bad video", "--video x.avi: the file must end in .mp4 or .gif"),
     ("0 episodes", "--episodes must be at least 1, got 0"),
+    # ProcGen played seed -1 and wrote evaluate_m0_test_seed-1.json; gymnasium's envs raised a traceback
+    ("seed -1", "--seed must be a whole number from 0 to 2**32 - 1, got -1"),
+    ("seed 2**32", "--seed must be a whole number from 0 to 2**32 - 1, got 4294967296"),
 ])
 def test_bad_input_is_one_line_and_exit_2(bigfish_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           case: str, message: str) -> None:
     args = _damage(bigfish_run, tmp_path, case)
     capsys.readouterr()
     assert evaluate.main(args) == 2
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "copy" / "report").exists()
+    if case.startswith("seed"):  # refused with the options, before the line that says what will be played
+        assert out == ""
 
 
 def test_a_truncated_checkpoint_is_one_line_from_the_command(bigfish_run: Path, tmp_path: Path) -> None:

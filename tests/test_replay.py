@@ -176,7 +176,8 @@ def _damage(tmp_path: Path, case: str) -> list[str]:
         config = yaml.safe_load((run / "config.yaml").read_text())
         config["run"]["t_ready"] = 2
         (run / "config.yaml").write_text(yaml.safe_dump(config))
-    return [str(run), "--member", {"member 4": "4", "member x": "x"}.get(case, "best")]
+    return [str(run), "--member", {"member 4": "4", "member x": "x"}.get(case, "best"),
+            *(["--seed", "-1"] if case == "seed -1" else [])]
 
 
 @pytest.mark.parametrize("case, message", [
@@ -188,13 +189,15 @@ def _damage(tmp_path: Path, case: str) -> list[str]:
     ("member 4", "--member must be best, kept or a member of the run (0 to 3), got '4'"),
     ("member x", "got 'x'"),
     ("other t_ready", "the history does not match its config.yaml"),
+    ("seed -1", "--seed must be a whole number from 0 to 2**32 - 1, got -1"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case: str, message: str) -> None:
     argv = _damage(tmp_path, case)
     capsys.readouterr()
     assert replay.main([*argv, "--run-dir", str(tmp_path / "replay")]) == 2
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert message in err and err.startswith("error: ") and err.count("\n") == 1, err
+    assert out == ""
     assert not (tmp_path / "replay").exists()
 
 
