@@ -73,14 +73,31 @@ class RunDir:
     def report(self) -> Path:
         return self.path / "report"
 
-    def create(self) -> None:
+    def create(self) -> bool:
+        """Make the folder for a new run; whether it was made (False: it existed, holding no run)."""
         if self.config.exists():
             with self.lock():  # names the process if one is training into the folder right now
                 pass
             raise UsageError(f"{self.path} already holds a run; continue it with --resume {self.path} "
                              "or pick another folder with --run-dir")
+        made = not self.path.exists()
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         self.tb.mkdir(exist_ok=True)
+        return made
+
+    def discard(self, made: bool) -> None:
+        """Remove what a new run wrote before a refusal ended it with no round in its history, so the name is
+        free again: a member checks some settings against its env only as it is built (normalize_obs on a
+        ProcGen game), after the folder is written. ``made``: whether the run made the folder (:meth:`create`),
+        which then goes too; files of its own that were there before stay."""
+        if self.history.is_file() and len(self.history.read_text().splitlines()) > 1:
+            return  # a finished round: the run exists, and --resume continues it
+        for f in (self.config, self.history, self.curves, self.strategy, self.path / ".lock"):
+            f.unlink(missing_ok=True)
+        for folder in (self.checkpoints, self.kept, self.tb):
+            shutil.rmtree(folder, ignore_errors=True)
+        if made and not any(self.path.iterdir()):
+            self.path.rmdir()
 
     def require_run(self) -> None:
         """Raise unless this folder holds a run that can be resumed."""

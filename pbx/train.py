@@ -142,14 +142,15 @@ def main(argv: Sequence[str] | None = None, base: Sequence[Mapping[str, Any]] = 
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     # A scheduler's SIGTERM (end of a job's time) stops the run like Ctrl-C: envs closed, resume hint printed.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    run_dir, started = None, False
+    run_dir, started, fresh = None, False, None
     try:
-        cfg, run_dir, changed, mpi = _setup(args, comm, base)
+        cfg, run_dir, made, changed, mpi = _setup(args, comm, base)
         size = comm.Get_size() if comm is not None else 1
         resumed = args.resume is not None
         # A resume's changes are written once the runner has checked the folder: a refused resume changes nothing.
         rewrite = changed and resumed
         with run_dir.lock():
+            fresh = made  # under the lock: a folder another process holds is never this run's to remove
             if not resumed:
                 cfg.write(run_dir.config)
             print(_start_line(cfg, run_dir, size if mpi else 1, resumed=resumed), flush=True)
@@ -167,9 +168,12 @@ def main(argv: Sequence[str] | None = None, base: Sequence[Mapping[str, Any]] = 
             abort(None, 130)  # the other ranks may be waiting for this one
         return 130
     except UsageError as err:
+        _discard(run_dir, fresh)
         print(f"error: {err}", file=sys.stderr)
         return 2
     except RunFailed as err:
+        if err.code == 2:  # bad input on some rank
+            _discard(run_dir, fresh)
         print(f"error: {err}", file=sys.stderr)
         return err.code
     finally:
@@ -177,6 +181,13 @@ def main(argv: Sequence[str] | None = None, base: Sequence[Mapping[str, Any]] = 
             send(comm, Kind.REFUSED)  # the other ranks wait for the run: there is none
     print(_summary(history, run_dir))
     return 0
+
+
+def _discard(run_dir: RunDir | None, fresh: bool | None) -> None:
+    """A new run refused before its first round leaves no folder that blocks its name (``fresh``: whether it
+    made the folder, None for a resumed run or one refused before it held the folder, which stay as they were)."""
+    if run_dir is not None and fresh is not None:
+        run_dir.discard(fresh)
 
 
 def _follow(argv: Sequence[str] | None, comm: Intracomm) -> int:
@@ -224,9 +235,10 @@ RESUMABLE = ("max_budget", "eval_every", "eval_episodes", "device", "runner", "c
 
 
 def _setup(args: argparse.Namespace, comm: Intracomm | None,
-           base: Sequence[Mapping[str, Any]] = ()) -> tuple[RunConfig, RunDir, bool, bool]:
-    """The run's config and folder, whether its config.yaml is to be (re)written (under the folder's lock),
-    and whether to run under MPI; every check is made before a new folder is created.
+           base: Sequence[Mapping[str, Any]] = ()) -> tuple[RunConfig, RunDir, bool | None, bool, bool]:
+    """The run's config and folder, whether this call made the folder (None: a resume), whether its config.yaml
+    is to be (re)written (under the folder's lock), and whether to run under MPI; every check but a member's
+    own, made as it is built, comes before a new folder is created.
 
     Under an MPI launcher with several ranks the population defaults to one member
     per rank (at least the usual 4), so ``mpiexec -n 8`` trains 8 members.
@@ -237,7 +249,7 @@ def _setup(args: argparse.Namespace, comm: Intracomm | None,
                 if getattr(args, dest) is not None}
     if args.resume is not None:
         cfg, run_dir, changed = _resume(args, flags, strategy)
-        return cfg, run_dir, changed, _use_mpi(cfg, comm)
+        return cfg, run_dir, None, changed, _use_mpi(cfg, comm)
     layers = [load_yaml(args.config)] if args.config else []
     if layers and isinstance(layers[0].get("space"), dict):
         # A run's own config.yaml: rebuild the run under a new name, not into the folder it came from.
@@ -248,8 +260,8 @@ def _setup(args: argparse.Namespace, comm: Intracomm | None,
     if cfg.run.name is None:
         cfg.run.name = f"{cfg.run.env}-{cfg.run.search}-s{cfg.run.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = RunDir(Path(args.run_dir) if args.run_dir else Path("runs") / cfg.run.name)
-    run_dir.create()
-    return cfg, run_dir, True, mpi
+    made = run_dir.create()
+    return cfg, run_dir, made, True, mpi
 
 
 def rank_layers(ranks: int) -> list[dict[str, Any]]:

@@ -107,6 +107,32 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv: list[str], mes
     assert not (tmp_path / "run").exists()
 
 
+# Settings a member checks against its env only as it is built, once the run folder is written.
+MEMBER_REFUSALS = [
+    (["--env", "bigfish", "-m", "normalize_obs=true"], "normalize_obs is for MLP policies on vector observations"),
+    (["--env", "CartPole-v1", "-m", "channels_last=true"],
+     "precision and channels_last are settings of the image policy (IMPALA CNN)"),
+]
+
+
+@pytest.mark.parametrize("argv, message", MEMBER_REFUSALS)
+@pytest.mark.parametrize("folder", ["new", "existing"])
+def test_a_members_refusal_leaves_no_run_behind(tmp_path, capsys, argv: list[str], message: str,
+                                                folder: str) -> None:
+    run = tmp_path / "run"
+    if folder == "existing":  # a folder of the user's, holding no run: it stays, with only its own file
+        run.mkdir()
+        (run / "notes.txt").write_text("mine")
+    assert main([*argv, "--search", "none", "--batchsize", "1", "--t_ready", "64", "--max_budget", "64",
+                 "--device", "cpu", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("error: ") and err.count("\n") == 1, err
+    if folder == "new":
+        assert not run.exists()  # the name is free again: it used to say "already holds a run"
+    else:
+        assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
+
+
 def test_malformed_search_space_and_non_run_resume(tmp_path, capsys) -> None:
     bad = tmp_path / "space.yaml"
     bad.write_text("h0: {type: continuous, low: 1, high: 0}\nh1: {type: continuous, low: 0, high: 1}\n")
