@@ -41,8 +41,23 @@ class DictPoint(gym.Env):
         return self.observation_space.sample(), 0.0, False, True, {}
 
 
-# Registered when pytest imports this module, so pbx finds it as test_own_env:DictPoint-v0.
+class GridPoint(DictPoint):
+    """A point on a grid, moved along each axis at once: a MultiDiscrete action, which only PPO acts in."""
+
+    observation_space = gym.spaces.Box(-10, 10, (2,), np.float32)
+    action_space = gym.spaces.MultiDiscrete([3, 3])
+
+
+class PairPoint(GridPoint):
+    """Two separate choices as a Tuple action, which no pbx agent acts in."""
+
+    action_space = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(2)))
+
+
+# Registered when pytest imports this module, so pbx finds them as test_own_env:DictPoint-v0 and so on.
 gym.register("DictPoint-v0", entry_point=DictPoint)
+gym.register("GridPoint-v0", entry_point=GridPoint)
+gym.register("PairPoint-v0", entry_point=PairPoint)
 
 
 def _pbx(folder: Path, command: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -116,6 +131,22 @@ def test_an_env_with_dict_observations_is_one_line_before_anything_is_written(
         f"error: --algo {algo} cannot take {env}'s observations, a Dict space (keys left, x): pbx's agents act on "
         f"one array (SB3's MlpPolicy and CnnPolicy, not its MultiInputPolicy); register the env wrapped in "
         f"gymnasium.wrappers.FlattenObservation, which makes them one Box\n")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("env, algo, fix", [
+    ("GridPoint-v0", "sac", "use --algo ppo"),  # was "use --algo  or ppo"
+    # PPO went on to SB3's AssertionError, SAC to an IndexError inside the check
+    *((("PairPoint-v0", algo, "no pbx agent can (they act in Box, Discrete, MultiDiscrete or MultiBinary spaces): "
+                              "wrap the env's actions as one of those") for algo in ("ppo", "sac"))),
+])
+def test_an_action_space_the_agent_cannot_act_in_is_one_line_before_anything_is_written(
+        env: str, algo: str, fix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert train.main(["--env", f"test_own_env:{env}", "--algo", algo, "--search", "none", "--batchsize", "1",
+                       "--t_ready", "64", "--max_budget", "64", "--run-dir", str(tmp_path / "run")]) == 2
+    space = {"GridPoint-v0": "MultiDiscrete([3 3])", "PairPoint-v0": "Tuple(Discrete(2), Discrete(2))"}[env]
+    assert capsys.readouterr().err == (f"error: --algo {algo} cannot act in test_own_env:{env}'s action space "
+                                       f"{space}: {fix}\n")
     assert not (tmp_path / "run").exists()
 
 

@@ -83,6 +83,7 @@ def member_class(env: str, hyperparameters: Iterable[str] = (), algo: str = "ppo
 
     PPOMember.check_env(env)
     _check_observations(env, algo)
+    _check_actions(PPOMember, env, algo)
     if set(hyperparameters) & set(AUGMENTATION):
         from pbx.members.ppo.drac import DrACMember
 
@@ -93,7 +94,6 @@ def member_class(env: str, hyperparameters: Iterable[str] = (), algo: str = "ppo
 
 def _agent(cls: type[Member], env: str, algo: str, hyperparameters: Iterable[str]) -> type[Member]:
     """``cls``, the member ``algo`` names, once it is known to train on ``env`` and to act in its action space."""
-    from pbx.envs import observation_and_action_spaces
     from pbx.members.offpolicy.member import OffPolicyMember
     from pbx.members.sb3.agent import SB3Agent
 
@@ -102,12 +102,35 @@ def _agent(cls: type[Member], env: str, algo: str, hyperparameters: Iterable[str
     _check_observations(env, algo, off_policy=issubclass(cls, OffPolicyMember))
     if set(hyperparameters) & set(AUGMENTATION):
         raise UsageError(f"aug_type and aug_coef are DrAC's, a PPO on ProcGen games; --algo {algo} has neither")
-    _, action_space = observation_and_action_spaces(env)
-    if not cls.acts_in(action_space):
-        able = [name for name in ALGOS if algo_class(name).acts_in(action_space)]  # type: ignore[attr-defined]
-        raise UsageError(f"--algo {algo} cannot act in {env}'s action space {action_space}: use --algo "
-                         f"{', '.join(able[:-1])} or {able[-1]}")
+    _check_actions(cls, env, algo)
     return cls
+
+
+def _check_actions(cls: type[Member], env: str, algo: str) -> None:
+    """Raise :class:`UsageError` unless ``cls`` (``algo``'s member) acts in ``env``'s action space, naming the
+    agents that do, or the spaces pbx's agents act in when none does (a Tuple: SB3's PPO asserted on it)."""
+    from pbx.envs import is_procgen, observation_and_action_spaces
+    from pbx.members.sb3.agent import SB3Agent
+
+    if is_procgen(env):
+        return  # Discrete(15), which PPO acts in
+    _, action_space = observation_and_action_spaces(env)
+    assert issubclass(cls, SB3Agent)
+    if cls.acts_in(action_space):
+        return
+    agents: dict[str, type[SB3Agent]] = {name: algo_class(name) for name in ALGOS}  # type: ignore[misc]
+    able = [name for name, agent in agents.items() if agent.acts_in(action_space)]
+    if able:
+        fix = f"use --algo {_either(able)}"
+    else:
+        kinds = list(dict.fromkeys(kind.__name__ for agent in agents.values() for kind in agent.action_spaces))
+        fix = f"no pbx agent can (they act in {_either(kinds)} spaces): wrap the env's actions as one of those"
+    raise UsageError(f"--algo {algo} cannot act in {env}'s action space {action_space}: {fix}")
+
+
+def _either(names: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def _check_observations(env: str, algo: str, off_policy: bool = False) -> None:
