@@ -107,7 +107,8 @@ class RunConfig:
         round's length by the strategy's rule, as the member trains it, and its cost (:mod:`pbx.plan`)."""
         plan = Plan(self.run.max_budget,
                     lambda restarts: self.strategy_cls.round_length(self.strategy, self.run.t_ready, restarts),
-                    lambda steps: self.member_cls.round_steps(self.member, steps, self.space))
+                    lambda steps: self.member_cls.round_steps(self.member, steps, self.space),
+                    tail=self.strategy_cls.last_rounds(self.strategy))
         return plan.extend(restart_marks, [self.round_cost(r, m) for r, m in enumerate(restart_marks)])
 
     @property
@@ -291,7 +292,7 @@ class StoredRun:
         assert self.run.t_ready is not None and self.run.max_budget is not None  # a run's config has them
         t_ready, sizes = self.run.t_ready, self.sizes()
         plan = Plan(self.run.max_budget, lambda k: self.strategy_cls.round_length(self.strategy, t_ready, k),
-                    lambda steps: steps)
+                    lambda steps: steps, tail=self.strategy_cls.last_rounds(self.strategy))
         return plan.extend(restart_marks, [sizes(r, m) / self.run.pop_size for r, m in enumerate(restart_marks)])
 
 

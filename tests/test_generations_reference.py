@@ -221,8 +221,6 @@ def test_the_plan_ends_the_budget_as_the_references_bgpbt_and_ipbt_do() -> None:
     assert ipbt.strategy_cls.last_rounds(ipbt.strategy) == "halves"
 
 
-@pytest.mark.xfail(strict=True, reason="pbx/config.py (under other work) does not yet pass Strategy.last_rounds to "
-                                       "the Plan it builds (RunConfig.plan, StoredRun.plan)")
 def test_bgpbt_and_ipbt_runs_plan_their_last_rounds_as_the_references() -> None:
     """At max_budget 202 (t_ready 4; round 0's larger population costs 3 rounds for BG-PBT, 2 for IPBT) BG-PBT's
     round from 196 takes the 6 steps left and IPBT's takes 3 and its next 3, where a cut plan ends 196, 200, 202."""
