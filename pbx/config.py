@@ -249,10 +249,11 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), 
 
     _refuse_searched(member_input, member_cls.settings_cls, space, space_source)
     member_cls.validate(space, member, run.device)
-    # Off-policy agents' replay buffers, allocated whole for every member built on the machine, must fit in its memory.
-    member_cls.check_population(env, run.pop_size if builds is None else builds, member)
     strat_cls.validate(strategy, space)
     cfg = RunConfig(run, strategy, member, space, space_source, member_cls, strat_cls, run_record(run.env))
+    # Off-policy agents' replay buffers, allocated whole for every member built on the machine, must fit in its
+    # memory: in a larger first or restart population (BG-PBT, IPBT) that is more than pop_size.
+    member_cls.check_population(env, cfg.most_members if builds is None else builds, member)
     if cfg.init_size > run.pop_size and cfg.plan([False]).done:
         # the larger first population is cut after its round: a run that ends with it would answer uncut
         raise UsageError(f"max_budget {run.max_budget:,} leaves no round after the first population's ({cfg.init_size} "

@@ -20,7 +20,9 @@ import pandas as pd
 import pytest
 import torch
 
+from pbx.config import resolve
 from pbx.curves import read_curves
+from pbx.errors import UsageError
 from pbx.history import read_csv
 from pbx.members.base import MemberContext
 from pbx.members.offpolicy.dqn import DQNMember, DQNSettings
@@ -261,6 +263,23 @@ def test_the_buffer_is_saved_once_beside_the_checkpoints_and_a_resume_rebuilds_i
         resumed = _sac(buffer_size=300)
         resumed.load(tmp_path / f"member_0.r{r}.ckpt", own=True)
         assert _same_buffers(_buffer(resumed), saved[r])
+
+
+@pytest.mark.parametrize("search, members", [("PBT", None), ("BGPBT", 12), ("IPBT", 8)])
+def test_the_memory_check_counts_a_larger_first_population(search: str, members: int | None,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """SAC on Pendulum keeps 40-byte rows: 1M of them are 40 MB a member, 160 MB for 4. With 300 MB free, PBT's
+    4 members fit; BG-PBT's first population of 12 and IPBT's of 8 do not (the check counted 4)."""
+    from pbx.members.offpolicy import member
+
+    monkeypatch.setattr(member, "_available_memory", lambda: 300_000_000)
+    layers = [{"run": {"env": "Pendulum-v1", "algo": "sac", "search": search, "pop_size": 4, "t_ready": 1000,
+                       "max_budget": 100_000}, "member": {"buffer_size": 1_000_000}}]
+    if members is None:
+        resolve(layers)
+        return
+    with pytest.raises(UsageError, match=rf"buffer_size 1,000,000 x {members} members needs {members * 0.04:.1f} GB"):
+        resolve(layers)
 
 
 @pytest.mark.parametrize("argv, message", [
