@@ -226,6 +226,23 @@ def test_the_deceptive_toy_rewards_the_slow_schedule() -> None:
     assert optimal == pytest.approx(1.198, abs=1e-3) and greedy == pytest.approx(0.827, abs=1e-3)
 
 
+def test_ipbt_restarts_the_deceptive_toy(tmp_path: Path) -> None:
+    """The deceptive toy re-makes its weights for IPBT's restart (it refused IPBT before it had reset_weights): a
+    fresh candidate starts again at theta0, Q(0.9) = 0.39, and keeps the schedule's distance record."""
+    member = DeceptiveToyMember(MemberContext("toy-deceptive", 0, 0), DeceptiveToySettings(), {"h": 1.0})
+    member.train(100)
+    distance, theta = member.distance, member.theta
+    member.reset_weights("shrink_perturb", 1, shrink=0.2, perturb=0.1)
+    assert member.theta == pytest.approx(0.2 * theta + 0.09) and member.distance == distance
+    member.reset_weights("reinit", 1)
+    assert member.evaluate(0) == pytest.approx(0.39) and member.distance == distance
+    frame = run_toy(tmp_path, env="toy-deceptive", search="IPBT", pop_size=4, t_ready=10, max_budget=600).frame
+    restarts = frame.groupby("round")["restart"].first()
+    assert restarts.any(), "the run must restart for the test to see reset_weights"
+    candidates = frame[frame["round"] == restarts[restarts].index[0]]
+    assert (candidates["score"] < 0.6).any()  # fresh weights: back near Q(0.9) after one round
+
+
 def _history_of(run_dir: Path) -> pd.DataFrame:
     return read_csv(run_dir / "history.csv").drop(columns="wall_s")
 

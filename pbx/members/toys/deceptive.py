@@ -13,7 +13,8 @@ round. Microseconds per step.
 
 Members start near the target's start, h drawn uniformly from [0.9, 1.1] with the
 member's own seed (PBT-Zoo's start; ``init: space`` takes the strategy's draw
-instead). Where pbx departs: the penalty counts each stretch in proportion to its
+instead). IPBT's restart re-makes theta (``reset_weights``: theta0, or shrink * theta + perturb * theta0)
+and keeps the distance record. Where pbx departs: the penalty counts each stretch in proportion to its
 length over 20 steps (PBT-Zoo adds one term per interval of its ``t_step``, 20 on this
 toy), so ``t_ready`` does not change the problem, and the score is Q after the
 stretch's last step.
@@ -111,6 +112,15 @@ class DeceptiveToyMember(Member):
 
     def apply(self, config: Config) -> None:
         self.h = float(config["h"])
+
+    resets_weights = True
+
+    def reset_weights(self, kind: str, seed: int, shrink: float = 1.0, perturb: float = 0.0, *,
+                      clear_optimizer: bool = False) -> None:
+        # The fresh learner is theta0 whatever the seed, and there is no optimizer state. The distance record
+        # stays: it is the schedule the member has run (PBT-Zoo's lr_history, kept in the checkpoint beside
+        # the weights that a restart re-makes).
+        self.theta = THETA0 if kind == "reinit" else shrink * self.theta + perturb * THETA0
 
     def save(self, path: Path) -> None:
         state = {"theta": self.theta, "distance": self.distance, "h": self.h, "steps": self.steps}
