@@ -46,7 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(_plan_line(replay, args.source), flush=True)
     run_dir = args.run_dir if args.run_dir is not None else Path("runs") / replay.name
-    return train.main(["--run-dir", str(run_dir)], base=[replay.layer])
+    code = train.main(["--run-dir", str(run_dir)], base=[replay.layer])
+    for budget in replay.budgets:  # the original's resumes to a larger max_budget, each where it made one
+        if code != 0:
+            break
+        code = train.main(["--resume", str(run_dir), "-m", f"max_budget={budget}"])
+    return code
 
 
 def _plan_line(replay: Replay, source: Path) -> str:
@@ -56,6 +61,10 @@ def _plan_line(replay: Replay, source: Path) -> str:
     done = len(replay.lineage)
     rest = "" if done == replay.rounds else (f" (the run has {done} of its {replay.rounds} rounds: the last config "
                                               f"holds for the rest)")
+    if replay.budgets:
+        budgets = " then ".join(f"{b:,}" for b in replay.budgets)
+        rest += (f"; trained to max_budget {replay.layer['run']['max_budget']:,}, then resumed to {budgets}, as the "
+                 f"run was")
     return (f"replay: member {replay.member} of {source}, lineage {chain}, {replay.changes} config changes in "
             f"{done} rounds{rest}")
 

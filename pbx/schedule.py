@@ -12,7 +12,10 @@ the lineage's step counts), and by default the same seed. The seed gives the
 replay's member the learner seed of the original's member 0 (seeds derive from
 the run seed and the member index, :func:`pbx.runners.common.member_seed`) and the
 original's test levels in every round (:func:`~pbx.runners.common.eval_seed`), so
-its test scores compare with the population's on common random numbers. A fresh
+its test scores compare with the population's on common random numbers. A run
+that ``--resume`` extended past a last round shorter than ``t_ready`` (a
+``max_budget`` it did not divide) ended that round early: the replay trains to
+that budget and resumes to the next, as the run did (:attr:`Replay.budgets`). A fresh
 PPO agent cannot repeat the lineage's training bit for bit in any case: a member
 that copies a donor takes its weights but keeps its own envs and random streams.
 The toy has no randomness, and its replay repeats the lineage exactly.
@@ -20,6 +23,7 @@ The toy has no randomness, and its replay repeats the lineage exactly.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,7 @@ from pbx.settings import load_yaml
 from pbx.errors import UsageError
 from pbx.history import BASE_COLUMNS, RESULT_ROLE, History, complete_rounds, member_row, read_csv, results
 from pbx.run_dir import RunDir
+from pbx.space import Config
 
 @dataclass(frozen=True)
 class Replay:
@@ -46,6 +51,9 @@ class Replay:
     """The original history's rows along the member's lineage, one per finished round."""
     rounds: int
     """Rounds the original run is planned to last (the lineage may hold fewer: a run still going)."""
+    budgets: tuple[int, ...] = ()
+    """The ``max_budget`` of each ``--resume`` after the replay's first stage (the layer's is the first): where
+    the original ended a short last round and was resumed past it; empty for a run trained to one budget."""
 
     @property
     def changes(self) -> int:
@@ -84,10 +92,11 @@ def plan_replay(path: Path, member: str | int = "best", seed: int | None = None)
         raise UsageError(f"--member {chosen} has the role {row['role']} in --search {cfg.run.search}, whose scores are "
                          f"not results: replay one of members {kept[0]} to {kept[-1]} (or best)")
     rows = lineage(frame, chosen, folder.history)
-    _check_steps(rows, cfg, folder.history)
+    budgets = _check_steps(rows, cfg, folder.history)
     name = f"{cfg.run.name or path.name}-replay-m{chosen}"
-    return Replay(_layer(cfg, schedule(rows, History(cfg.space.names)), name, seed), name, chosen, rows,
-                  cfg.run.rounds)
+    layer = _layer(cfg, schedule(rows, History(cfg.space.names)), name, seed)
+    layer["run"]["max_budget"] = budgets[0]
+    return Replay(layer, name, chosen, rows, cfg.run.rounds, tuple(budgets[1:]))
 
 
 def lineage(frame: pd.DataFrame, member: int, source: Path | str = "history") -> pd.DataFrame:
@@ -123,22 +132,29 @@ def schedule(rows: pd.DataFrame, history: History) -> list[dict[str, Any]]:
     return points
 
 
-def _check_steps(rows: pd.DataFrame, cfg: RunConfig, source: Path) -> None:
+def _check_steps(rows: pd.DataFrame, cfg: RunConfig, source: Path) -> list[int]:
     """The lineage's steps must be the run's round boundaries: the replay, with the same ``t_ready``, switches
     configs at its own boundaries. Each round ends where a member with the round's config ends it (a member
     trains to the round's planned end, in whole rollouts of its own length where a search changes it, or skips
     a round it begins at or past that end: :meth:`RunConfig.steps_due`), so the boundaries follow from the
     configs along the lineage. A lineage trained before pbx skipped such rounds (its members trained a rollout
-    ahead instead) is told so: a replay by this pbx would not end its rounds where the lineage did."""
+    ahead instead) is told so: a replay by this pbx would not end its rounds where the lineage did.
+
+    A round that ended short of the plan where a ``max_budget`` of its steps would have made it the run's
+    last, as a run that ``--resume`` extended ends the last round it had trained, is a budget the run was
+    trained to. Returns those budgets in order, then the run's ``max_budget``: the replay's stages."""
     history = History(cfg.space.names)
+    found = rows["steps"].to_numpy()
+    budgets: list[int] = []
     expected, unskipped, done, ahead = [], [], 0, 0  # this pbx's boundaries, and the earlier rule's
     for r, (_, row) in enumerate(rows.iterrows()):
         config = history.config_of(row)
-        done += cfg.steps_due(done, cfg.round_end(r), config)
+        start, done = done, done + cfg.steps_due(done, cfg.round_end(r), config)
+        if found[r] < done and _ended_at(cfg, r, start, int(found[r]), config):
+            budgets.append(done := int(found[r]))
         ahead += cfg.member_cls.steps_trained(cfg.member, config, max(cfg.round_end(r) - ahead, 1))
         expected.append(done)
         unskipped.append(ahead)
-    found = rows["steps"].to_numpy()
     wrong = np.flatnonzero(found != expected)
     if len(wrong):
         r = int(wrong[0])
@@ -149,6 +165,16 @@ def _check_steps(rows: pd.DataFrame, cfg: RunConfig, source: Path) -> None:
                    "(its config.yaml's pbx.commit)")
         raise UsageError(f"{source}: the lineage has {found[r]:,} steps after round {r}, but the run's t_ready and "
                          f"max_budget give {expected[r]:,}: {why}")
+    return [*budgets, cfg.run.max_budget]
+
+
+def _ended_at(cfg: RunConfig, round_: int, start: int, steps: int, config: Config) -> bool:
+    """Whether a run of ``cfg`` with ``max_budget`` ``steps`` ends at ``round_`` with a member that began it at
+    ``start`` ending it at ``steps``."""
+    if steps <= start or steps < cfg.run.t_ready:
+        return False
+    short = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, max_budget=steps))
+    return short.run.rounds == round_ + 1 and start + short.steps_due(start, short.round_end(round_), config) == steps
 
 
 def _layer(cfg: RunConfig, points: list[dict[str, Any]], name: str, seed: int | None) -> dict[str, Any]:

@@ -91,6 +91,21 @@ def test_a_stopped_replay_resumes_to_the_uninterrupted_history(tmp_path, monkeyp
     assert yaml.safe_load((tmp_path / "whole" / "config.yaml").read_text())["run"]["seed"] == 7
 
 
+def test_a_run_resumed_past_a_short_last_round_replays_as_it_was_trained(tmp_path, capsys) -> None:
+    # max_budget 18 ends round 4 at 18 steps, not 20; the resume to 26 goes on from there (the replay called
+    # that "the history does not match its config.yaml")
+    run_toy(tmp_path / "pbt", search="PBT", max_budget=18)
+    assert train.main(["--resume", str(tmp_path / "pbt"), "-m", "max_budget=26"]) == 0
+    capsys.readouterr()
+    assert replay.main([str(tmp_path / "pbt"), "--run-dir", str(tmp_path / "replay")]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "trained to max_budget 18, then resumed to 26, as the run was" in out.splitlines()[0]
+    best = int(out.split()[2].rstrip(","))
+    path, ours = _check_follows(tmp_path / "pbt", best, tmp_path / "replay", TOY)
+    assert ours["steps"].tolist() == [4, 8, 12, 16, 18, 24, 26]
+    assert ours["score"].tolist() == path["score"].tolist()  # the toy repeats the lineage exactly
+
+
 def test_cartpole_replay_applies_the_schedule_at_the_lineage_steps(tmp_path, capsys) -> None:
     original = tmp_path / "pbt"
     assert train.main([*TINY_PPO, "--search", "PBT", "--batchsize", "2", "--seed", "1",
