@@ -1,8 +1,8 @@
 """The reference side: what the side-by-side adds to a checkout of the IPBT authors' code, and how it runs it.
 
 The checkout is ``AwesomeLemon/IPBT`` (its ``algo/bgpbt.py`` is the BG-PBT the IPBT
-paper ran) plus ``task/toy_plain.py`` from ``AwesomeLemon/PBT-Zoo``; how to get them
-is in ``run_side_by_side.py``. :func:`prepare` writes five files into it and
+paper ran) plus ``task/toy_plain.py`` and ``task/toy_deceptive.py`` from ``AwesomeLemon/PBT-Zoo``; how to get them
+is in ``run_side_by_side.py``. :func:`prepare` writes its adapters and configs into it and
 changes none of the authors' files:
 
 - ``task/toy_plain_fresh.py`` (:data:`FRESH_TASK`): IPBT's restart builds a fresh
@@ -21,9 +21,11 @@ changes none of the authors' files:
   ``algo/ipbt.py`` guards the same lines with ``if len(int_dims) > 0``). The adapter
   returns the same indices as an integer array, which every caller wraps in
   ``np.array`` unchanged; BG-PBT's config uses it, IPBT's keeps the authors' class;
-- ``config/toyplain_{ipbt,bgpbt}.yaml`` (:func:`config_text`): pop 8, ``t_step`` 10,
-  ``t_max`` 1000, PBT-Zoo's ToyPlain space (``lr`` uniform on [1e-4, 1.1]) and seed
-  base (71173, plus the seed);
+- ``config/{toyplain,toydeceptive}_{ipbt,bgpbt}_t<t_step>_b<t_max>.yaml`` (:func:`config_text`):
+  pop 8, the study's ``t_step`` and ``t_max``, PBT-Zoo's toy space (``lr`` uniform on
+  [1e-4, 1.1]) and seed base (71173, plus the seed). ToyDeceptive (PBT-Zoo's
+  ``task/toy_deceptive.py``, copied into the checkout as ToyPlain is) gets the same
+  fresh-model adapter for IPBT, which keeps its ``lr_history`` as it is;
 - ``run_cpu.py`` (:data:`LAUNCHER`), which runs ``run.py``'s ``main`` after one CPU
   override: ``BaseAlgo._task_fn_ray``, the Ray task that trains or scores one member,
   is declared with a quarter of a GPU, and Ray gives a task that asks for a GPU
@@ -59,7 +61,7 @@ SEED_BASE = 71173
 NEEDED = ["run.py", "utils.py", "algo/base.py", "algo/bayes_mixin.py", "algo/pbt.py", "algo/pbt_utils.py",
           "algo/plot_utils.py", "algo/bgpbt.py", "algo/bgpbt_utils.py", "algo/ipbt.py", "algo/ipbt_utils.py",
           "search_space/cs.py", "config/base.yaml", "config/algo/ipbt.yaml", "config/algo/bgpbt.yaml",
-          "task/toy_plain.py"]
+          "task/toy_plain.py", "task/toy_deceptive.py"]
 """The checkout's files a run reads (the authors' code, and PBT-Zoo's ToyPlain)."""
 
 FRESH_TASK = '''"""Adapter written by pbx's side-by-side (benchmarks/peers/ipbt/reference.py), not the authors' code.
@@ -69,6 +71,7 @@ parameter names to tensors, {"theta": theta}. ToyPlain itself computes every ste
 """
 import torch
 
+from task.toy_deceptive import ToyDeceptiveTask
 from task.toy_plain import ToyPlainTask
 
 
@@ -90,6 +93,25 @@ class ToyPlainFreshModelTask(ToyPlainTask):
 
     def prepare_initial_ckpt(self, solution):
         return {'model_state_dict': {'theta': super().prepare_initial_ckpt(solution)['model_state_dict']}}
+
+    def get_fresh_model(self, solution):
+        return ToyPlainModel(len(solution))
+
+
+class ToyDeceptiveFreshModelTask(ToyDeceptiveTask):
+    """ToyDeceptive the same way: the checkpoint's lr_history stays as it is."""
+
+    def __call__(self, seed, solution, t, t_step, cpkt_loaded, tb_dir, only_evaluate):
+        bare = dict(cpkt_loaded, model_state_dict=cpkt_loaded['model_state_dict']['theta'].detach().clone())
+        out = super().__call__(seed, solution, t, t_step, bare, tb_dir, only_evaluate)
+        if 'dict_to_save' in out:
+            out['dict_to_save'] = dict(out['dict_to_save'],
+                                       model_state_dict={'theta': out['dict_to_save']['model_state_dict']})
+        return out
+
+    def prepare_initial_ckpt(self, solution):
+        ckpt = super().prepare_initial_ckpt(solution)
+        return dict(ckpt, model_state_dict={'theta': ckpt['model_state_dict']})
 
     def get_fresh_model(self, solution):
         return ToyPlainModel(len(solution))
@@ -133,9 +155,14 @@ class ConfigSpaceSearchSpaceIntIndices(ConfigSpaceSearchSpace):
 '''
 
 
-def config_text(algo: str) -> str:
-    """The Hydra config of a ToyPlain run of ``algo`` (``bgpbt`` or ``ipbt``)."""
-    task = "task.toy_plain_fresh.ToyPlainFreshModelTask" if algo == "ipbt" else "task.toy_plain.ToyPlainTask"
+TOYS = {"toy-plain": ("toyplain", "ToyPlain", "toy_plain"), "toy-deceptive-zoo": ("toydeceptive", "ToyDeceptive", "toy_deceptive")}
+"""pbx's env name -> the config's name part, the task's class name part and its module (PBT-Zoo's)."""
+
+
+def config_text(algo: str, toy: str = "toy-plain", t_step: int = 10, t_max: int = 1000) -> str:
+    """The Hydra config of a run of ``algo`` (``bgpbt`` or ``ipbt``) on ``toy`` (a key of :data:`TOYS`)."""
+    short, cls, module = TOYS[toy]
+    task = f"task.toy_plain_fresh.{cls}FreshModelTask" if algo == "ipbt" else f"task.{module}.{cls}Task"
     space = "search_space.cs.ConfigSpaceSearchSpace" if algo == "ipbt" else \
         "search_space.cs_int_indices.ConfigSpaceSearchSpaceIntIndices"
     return f"""# Written by pbx's side-by-side (benchmarks/peers/ipbt/reference.py), not the authors' code.
@@ -145,13 +172,13 @@ defaults:
   - _self_
 
 general:
-  exp_name: '{algo}_toyplain'
+  exp_name: '{algo}_{short}'
   seed_base: {SEED_BASE}
 
 algo:
   pop_size: 8
-  t_step: 10
-  t_max: 1000
+  t_step: {t_step}
+  t_max: {t_max}
 
 task:
   _target_: {task}
@@ -168,8 +195,14 @@ search_space:
 """
 
 
-def prepare(checkout: Path) -> None:
-    """Write the adapter and the configs into ``checkout``; raise if a file a run reads is missing."""
+def config_name(algo: str, toy: str, t_step: int, t_max: int) -> str:
+    """The name of the config :func:`prepare` writes for ``algo`` (pbx's name) on ``toy``."""
+    return f"{TOYS[toy][0]}_{ALGOS[algo]}_t{t_step}_b{t_max}"
+
+
+def prepare(checkout: Path, setups: tuple[tuple[str, int, int], ...] = (("toy-plain", 10, 1000),)) -> None:
+    """Write the adapter and the configs (one per algorithm and ``(toy, t_step, t_max)`` of ``setups``) into
+    ``checkout``; raise if a file a run reads is missing."""
     missing = [name for name in NEEDED if not (checkout / name).is_file()]
     if missing:
         raise SystemExit(f"{checkout}: not a checkout of AwesomeLemon/IPBT with PBT-Zoo's task/toy_plain.py "
@@ -177,14 +210,17 @@ def prepare(checkout: Path) -> None:
     (checkout / "task" / "toy_plain_fresh.py").write_text(FRESH_TASK)
     (checkout / "run_cpu.py").write_text(LAUNCHER)
     (checkout / "search_space" / "cs_int_indices.py").write_text(INT_INDICES_SPACE)
-    for algo in ALGOS.values():
-        (checkout / "config" / f"toyplain_{algo}.yaml").write_text(config_text(algo))
+    for algo in ALGOS:
+        for toy, t_step, t_max in setups:
+            (checkout / "config" / f"{config_name(algo, toy, t_step, t_max)}.yaml").write_text(
+                config_text(ALGOS[algo], toy, t_step, t_max))
 
 
-def command(python: str, checkout: Path, algo: str, seed: int, folder: Path) -> list[str]:
-    """The command that runs ``algo`` (pbx's name) with ``seed`` into ``folder`` (which ``run.py`` empties)."""
-    name = ALGOS[algo]
-    return [python, str(checkout / "run_cpu.py"), "--config-name", f"toyplain_{name}",
+def command(python: str, checkout: Path, algo: str, seed: int, folder: Path, toy: str = "toy-plain",
+            t_step: int = 10, t_max: int = 1000) -> list[str]:
+    """The command that runs ``algo`` (pbx's name) on ``toy`` with ``seed`` into ``folder`` (which ``run.py``
+    empties)."""
+    return [python, str(checkout / "run_cpu.py"), "--config-name", config_name(algo, toy, t_step, t_max),
             f"++general.seed_offset={seed}", f"path.dir_exp={folder}", f"path.dir_my={folder.parent}",
             "general.num_gpus=0", "general.num_cpus=1", "++server.ray_address=null",
             f"hydra.run.dir={folder.parent / '.hydra' / folder.name}", "hydra.job.chdir=False"]
