@@ -111,6 +111,22 @@ class RunConfig:
                     tail=self.strategy_cls.last_rounds(self.strategy))
         return plan.extend(restart_marks, [self.round_cost(r, m) for r, m in enumerate(restart_marks)])
 
+    def planned(self, restart_marks: Sequence[bool] = ()) -> Plan:
+        """:meth:`plan` of the history's rounds carried on to ``max_budget`` with rounds that do not restart: the
+        whole run as far as it is known (exact for a run that never restarts, and for a finished one). A larger
+        first population's round takes more of the budget (:mod:`pbx.plan`), so a BG-PBT or IPBT run has fewer
+        rounds than ``max_budget / t_ready``."""
+        plan = self.plan(restart_marks)
+        while not plan.done:
+            plan.add(False, self.round_cost(len(plan.ends), False))
+        return plan
+
+    def member_steps(self, plan: Plan) -> int:
+        """Env steps ``plan``'s rounds train over all their members (a larger first or restart round's
+        candidates included): a progress bar's total."""
+        marks = [plan.restarts[r] > (plan.restarts[r - 1] if r else 0) for r in range(len(plan.ends))]
+        return sum(self.round_size(r, restart) * plan.trained_steps(r) for r, restart in enumerate(marks))
+
     @property
     def init_size(self) -> int:
         """Members the run starts with (:meth:`pbx.strategies.Strategy.initial_size`)."""

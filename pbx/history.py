@@ -234,6 +234,18 @@ def restart_marks(frame: pd.DataFrame) -> list[bool]:
     return [bool(v) for v in frame.groupby("round", sort=True)["restart"].first()] if len(frame) else []
 
 
+def steps_trained(frame: pd.DataFrame) -> int:
+    """Env steps the rows' rounds trained over all members: each row's steps less those of the row it began the
+    round from (its parent's of the round before; none in round 0), so a candidate that reuses an id, or a
+    member that copied a donor, counts what it trained itself."""
+    if not len(frame):
+        return 0
+    before = frame[["member", "round", "steps"]].rename(columns={"member": "parent", "steps": "before"})
+    merged = frame[["parent", "round", "steps"]].merge(before.assign(round=before["round"] + 1),
+                                                       on=["parent", "round"], how="left")
+    return int((merged["steps"] - merged["before"].fillna(0)).sum())
+
+
 def skipped(frame: pd.DataFrame) -> pd.Series:
     """Whether each row is of a round its member skipped (:meth:`pbx.config.RunConfig.steps_due`): its score
     carried and its steps its parent's of the round before (a round that trained always adds steps), so its

@@ -34,7 +34,7 @@ from pbx.settings import RunSettings, load_yaml, parse_override
 from pbx.errors import ArgumentParser, UsageError, command_parser
 from pbx.fingerprint import (ENV_CODE, ENV_CONTINUED, LIBRARIES, LIBRARIES_CONTINUED, PROVENANCE, continued,
                              provenance)
-from pbx.history import History, best_rows
+from pbx.history import History, best_rows, complete_rounds, read_csv, restart_marks
 from pbx.run_dir import RunDir
 from pbx.runners.loop import RunFailed
 from pbx.runners.mpi import Kind, abort, receive, run_on_ranks, send, world
@@ -300,9 +300,13 @@ def _start_line(cfg: RunConfig, run_dir: RunDir, ranks: int = 1, resumed: bool =
     versions than those that started the run says so, as does a resume whose envs restart their episodes."""
     run = cfg.run
     where = f" on {ranks} MPI ranks ({run.comm})" if ranks > 1 else ""
+    # BG-PBT's and IPBT's larger first population takes more than one round of the budget
+    marks = restart_marks(complete_rounds(read_csv(run_dir.history, cfg.space), run.pop_size, str(run_dir.history),
+                                          cfg.round_size)) if resumed else []
+    rounds = len(cfg.planned(marks).ends)
     line = (f"pbx: {run.search} on {run.env}, {cfg.member_cls.describe(cfg.member)} over {cfg.space_source} "
             f"({', '.join(cfg.space.names)}), {counted(run.pop_size, 'member')}{where} x {run.max_budget:,} steps "
-            f"({run.rounds} rounds of {run.t_ready:,}), seed {run.seed} -> {run_dir.path}")
+            f"({rounds} rounds of {run.t_ready:,}), seed {run.seed} -> {run_dir.path}")
     if cfg.init_size > run.pop_size or cfg.strategy_cls.round_length(cfg.strategy, run.t_ready or 0, 1) != run.t_ready:
         line += (f"\nnote: {run.search} trains {cfg.init_size} members in round 0, which takes "
                  f"{cfg.round_cost(0, False):g} rounds of the budget (the best {run.pop_size} go on), and restarts a "

@@ -259,3 +259,32 @@ def test_a_history_written_before_carried_scores_reads_as_none_carried(tmp_path)
     old.to_csv(path, index=False)
     again = read_csv(path)
     assert not again["carried"].any() and list(again.columns) == list(history.frame.columns)
+
+
+@pytest.mark.parametrize("search, rounds, restarts", [("PBT", 50, False), ("BGPBT", 48, False), ("IPBT", 49, True)])
+def test_the_start_line_and_the_progress_bar_count_what_the_run_trains(tmp_path, capsys, monkeypatch,
+                                                                       search: str, rounds: int,
+                                                                       restarts: bool) -> None:
+    """The toy at max_budget 200, t_ready 4: BG-PBT's 12 first members take 3 rounds of the budget, so it has 48
+    rounds, not 50 (the start line said 50, and the bar's total counted 832 steps for the 800 the run trains);
+    IPBT's 8 take 2, and its restart round's 8 candidates again (the start line plans no restart: 49)."""
+    from pbx import train
+    from pbx.runners import common
+
+    bars: list[tuple[int, int]] = []
+
+    class Bar(common.Console):
+        def __init__(self, total_steps: int, done_steps: int, desc: str) -> None:
+            bars.append((total_steps, done_steps))
+            super().__init__(total_steps, done_steps, desc)
+
+    monkeypatch.setattr(common, "Console", Bar)
+    run = tmp_path / "run"
+    assert train.main(["--env", "toy", "--search", search, "--max_budget", "200", "--run-dir", str(run)]) == 0
+    start = capsys.readouterr().out.splitlines()[0]
+    assert f"x 200 steps ({rounds} rounds of 4)" in start, start
+    frame = read_csv(run / "history.csv")
+    assert frame["restart"].any() == restarts and (frame["round"].nunique() == rounds) != restarts
+    trained = frame["steps"] - frame.merge(frame.assign(round=frame["round"] + 1), how="left",
+                                           left_on=["parent", "round"], right_on=["member", "round"])["steps_y"].fillna(0)
+    assert trained.sum() == 4 * 200 and bars == [(4 * 200, 0)]  # every member's steps, each candidate's included

@@ -22,7 +22,7 @@ import pandas as pd
 from pbx.config import RunConfig
 from pbx.console import Console, round_line
 from pbx.files import append_csv, fsync_dir
-from pbx.history import History, HistoryLog, Row, best_rows
+from pbx.history import History, HistoryLog, Row, best_rows, restart_marks, steps_trained
 from pbx.run_dir import RunDir
 from pbx.space import Categorical, Config
 from pbx.strategies import Decision, Strategy
@@ -103,10 +103,11 @@ class RunRecorder:
         self.run_dir = run_dir
         self.log = HistoryLog(run_dir.history, cfg.space, cfg.run.pop_size, cfg.round_size)
         frame = self.log.history.frame
-        done = int(frame.groupby("member")["steps"].max().sum()) if len(frame) else 0
-        # a first population larger than the kept one trains its extra members for round 0 alone
-        total = cfg.run.pop_size * cfg.total_steps() + (cfg.init_size - cfg.run.pop_size) * cfg.trained_steps(0)
-        self.console = Console(total, done, desc=f"{cfg.run.env} {cfg.run.search}")
+        # A larger first population's or restart's candidates train as many steps as they add; restarts to come
+        # leave the total as it is, up to rounding (a round of k x pop_size members takes k times its length of
+        # the budget).
+        total = cfg.member_steps(cfg.planned(restart_marks(frame)))
+        self.console = Console(total, steps_trained(frame), desc=f"{cfg.run.env} {cfg.run.search}")
         self._writers: dict[str, ScalarWriter] = {}
         self._keep_strategy_rows(before=self.log.history.last_round)
 
