@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUND = 65_536
@@ -82,3 +83,36 @@ def test_the_side_by_side_toy_trains_under_bgpbt_and_ipbt(tmp_path) -> None:
         frame = read_csv(tmp_path / search / "history.csv")
         assert (frame["round"] == 0).sum() == first and frame["score"].max() <= 1.2
         assert frame.groupby("round")["score"].max().iloc[-1] > frame.groupby("round")["score"].max().iloc[0]
+
+
+def test_the_side_by_side_runs_small_with_an_ablation_arm_and_compares_by_log_distance(tmp_path) -> None:
+    """run_side_by_side.py on the pbx side (the reference's checkout is not here): PBT-Zoo's ToyDeceptive, IPBT,
+    2 seeds, the default and the ``cut`` arm, a small budget; compare.py reads the runs as log(1.2 - score)."""
+    script = ROOT / "benchmarks" / "peers" / "ipbt"
+    proc = subprocess.run([sys.executable, str(script / "run_side_by_side.py"), "--dir", str(tmp_path / "study"),
+                           "--sides", "pbx", "--toys", "toy-deceptive-zoo", "--algos", "IPBT", "--seeds", "2",
+                           "--arms", "cut", "--budget", "60"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "4 runs to go" in proc.stdout and "## toy-deceptive-zoo" in proc.stdout
+    assert len(list((tmp_path / "study").glob("toy-deceptive-zoo/*/IPBT/s*.json"))) == 4
+    assert "| IPBT | pbx (default) | 2 |" in proc.stdout and "| IPBT | cut | 2 |" in proc.stdout
+    again = subprocess.run([sys.executable, str(script / "run_side_by_side.py"), "--dir", str(tmp_path / "study"),
+                            "--sides", "pbx", "--toys", "toy-deceptive-zoo", "--algos", "IPBT", "--seeds", "2",
+                            "--arms", "cut", "--budget", "60", "--no-compare"], capture_output=True, text=True,
+                           timeout=120, cwd=ROOT)
+    assert again.returncode == 0 and "0 runs to go" in again.stdout  # finished runs are skipped
+
+
+def test_the_side_by_side_calls_equivalence_only_inside_its_margin() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks" / "peers" / "ipbt"))
+    try:
+        import compare
+        import toy_deceptive
+    finally:
+        sys.path.pop(0)
+    rng = np.random.default_rng(0)
+    a = rng.normal(-5.0, 0.01, 8)
+    assert compare.equivalence(a, a + 0.001).endswith("equivalent")
+    assert compare.equivalence(a, a + 0.5).endswith("not shown")
+    assert compare.log_distance(np.array([1.2 - np.e ** -3]))[0] == pytest.approx(-3.0)
+    assert toy_deceptive.check_against_torch(trials=50) == 0  # PBT-Zoo's ToyDeceptive to the bit

@@ -1,25 +1,29 @@
-"""Compare pbx's BG-PBT and IPBT with the authors' on ToyPlain: final scores over seeds (``run_side_by_side.py``).
+"""Compare pbx's BG-PBT and IPBT with the authors' on PBT-Zoo's toys (``run_side_by_side.py``): a comparison that can fail.
 
 Two answers per run, each taken the same way on both sides:
 
 - **final population best**: the best score among the members of the run's last
   round (pbx: ``history.csv``'s last round; reference: each member's last entry in
-  ``history_fitness.yaml``, the first candidate of its ``save_best``). This is
-  pbx's answer for every strategy; the two sides compare directly.
-- **generation-end best**: the reference's own final answer (``best_info.yaml``,
-  spec section 2.9): the best of the final population and of each finished
-  generation's best member at its last round (``best_info_<t>.yaml``). pbx's run
-  gets the same rule from its history (``--member kept``: the best of its last round
-  and of each round just before a restart round), so this column compares too; it
-  differs from the first only where a restart lost the lead.
+  ``history_fitness.yaml``). This is pbx's answer for every strategy.
+- **generation-end best**: the reference's own final answer (``best_info.yaml``):
+  the best of the final population and of each finished generation's best member
+  at its last round; pbx's run gets the same rule from its history (``--member kept``).
 
-Per algorithm and side: mean ± sd over seeds and the IQM with rliable's 95%
-stratified-bootstrap interval (``pbx.reporting.stats``); per algorithm,
-P(pbx > reference) with its interval. Wall times come from the runner's markers
-(the whole process: start-up, Ray, the run) and from each run's own clock (pbx:
-``history.csv``'s ``wall_s``; reference: ``runtime.yaml``, ``algo.run()``).
+Each answer is read as its **log distance to the optimum**, ``log(1.2 - score)``
+(both toys' scores are ``1.2 - theta^2``; lower is better): a gap of a few training
+steps near the optimum is a visible difference in it, where it is in the sixth
+decimal of the score. Per toy, algorithm and side: mean ± sd over seeds and the IQM
+with rliable's 95% stratified-bootstrap interval; P(pbx closer than the reference)
+with its interval.
 
-    .venv/bin/python benchmarks/peers/ipbt/compare.py /work/studies/ipbt_side [--out comparison.md]
+**Equivalence** (:func:`equivalence`): the difference of the mean log distances,
+pbx minus reference, with a 90% bootstrap interval over seeds (two one-sided tests
+at 5%); the two are called equivalent on that answer when the interval lies inside
+``± MARGIN``, and "not shown" otherwise. **Ablation**: each arm (a kept departure
+switched on alone, ``pbx-<arm>``) against pbx's default runs of the same toy and
+seeds, the same difference with a 95% interval.
+
+    .venv/bin/python benchmarks/peers/ipbt/compare.py /work/studies/ipbt_side_v2 [--out comparison.md]
 """
 
 from __future__ import annotations
@@ -38,7 +42,13 @@ from pbx.reporting.tables import markdown_table
 
 SIDES = ("pbx", "reference")
 ALGOS = ("BGPBT", "IPBT")
+TOYS = ("toy-plain", "toy-deceptive-zoo")
 ANSWERS = {"final": "final population best", "ends": "generation-end best"}
+OPTIMUM = 1.2
+"""Both toys' best score (theta = 0)."""
+MARGIN = 0.1
+"""Equivalence margin on the mean log distance (natural log): 10% of the distance to the optimum. On ToyPlain at the
+lowest lr the distance shrinks by a factor e^(-0.008) a step, so 0.1 is about 12 of the 300 steps."""
 
 
 @dataclass(frozen=True)
@@ -69,16 +79,46 @@ def reference_run(folder: Path, marker: dict) -> Run:
     return Run(final, answer, restarts, marker["wall_s"], float(yaml.safe_load((folder / "runtime.yaml").read_text())))
 
 
-def load(root: Path) -> dict[str, dict[str, dict[int, Run]]]:
-    """side -> algorithm -> seed -> run, for the runs whose marker says they finished."""
-    runs: dict[str, dict[str, dict[int, Run]]] = {side: {algo: {} for algo in ALGOS} for side in SIDES}
-    for side in SIDES:
-        for algo in ALGOS:
-            for marker in sorted((root / side / algo).glob("s*.json")):
-                seed, folder = int(marker.stem[1:]), marker.with_suffix("")
-                info = json.loads(marker.read_text())
-                runs[side][algo][seed] = (pbx_run if side == "pbx" else reference_run)(folder, info)
+Runs = dict[str, dict[str, dict[str, dict[int, Run]]]]
+"""toy -> side (``pbx``, ``reference``, ``pbx-<arm>``) -> algorithm -> seed -> run."""
+
+
+def load(root: Path) -> Runs:
+    """Every run whose marker says it finished."""
+    runs: Runs = {}
+    for marker in sorted(root.glob("*/*/*/s*.json")):
+        algo_dir = marker.parent
+        side, toy = algo_dir.parent.name, algo_dir.parent.parent.name
+        info = json.loads(marker.read_text())
+        run = (reference_run if side == "reference" else pbx_run)(marker.with_suffix(""), info)
+        runs.setdefault(toy, {}).setdefault(side, {}).setdefault(algo_dir.name, {})[int(marker.stem[1:])] = run
     return runs
+
+
+def log_distance(scores: np.ndarray) -> np.ndarray:
+    """``log(1.2 - score)``: lower is closer to the optimum."""
+    return np.log(OPTIMUM - np.asarray(scores, dtype=float))
+
+
+def values(runs: Runs, toy: str, side: str, algo: str, answer: str) -> np.ndarray:
+    group = runs.get(toy, {}).get(side, {}).get(algo, {})
+    return log_distance(np.array([getattr(r, answer) for _, r in sorted(group.items())]))
+
+
+def mean_difference(a: np.ndarray, b: np.ndarray, level: float, reps: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
+    """mean(a) - mean(b) and its percentile-bootstrap interval at ``level`` (each sample resampled over its seeds)."""
+    rng = np.random.default_rng(seed)
+    boot = (rng.choice(a, (reps, len(a))).mean(axis=1) - rng.choice(b, (reps, len(b))).mean(axis=1))
+    tail = (1 - level) / 2
+    low, high = np.quantile(boot, [tail, 1 - tail])
+    return float(a.mean() - b.mean()), float(low), float(high)
+
+
+def equivalence(a: np.ndarray, b: np.ndarray, margin: float = MARGIN) -> str:
+    """The verdict on mean(a) - mean(b): equivalent within ``margin`` when its 90% interval lies inside it."""
+    diff, low, high = mean_difference(a, b, 0.90)
+    verdict = "equivalent" if -margin < low and high < margin else "not shown"
+    return f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]: {verdict}"
 
 
 def interval(value: float, bounds: np.ndarray, digits: int) -> str:
@@ -86,52 +126,75 @@ def interval(value: float, bounds: np.ndarray, digits: int) -> str:
     return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]" if np.isfinite(low) else f"{value:.{digits}f}"
 
 
-def score_table(runs: dict[str, dict[str, dict[int, Run]]], answer: str) -> str:
-    """Rows per algorithm and side: runs, mean ± sd, IQM [95% CI], 1.2 - mean; P(pbx > reference) [95% CI]."""
+def score_table(runs: Runs, toy: str, answer: str) -> str:
+    """Rows per algorithm and side: runs, mean ± sd and IQM [95% CI] of the log distance; P(pbx closer) and the
+    equivalence verdict on the pbx row."""
     rows = []
     for algo in ALGOS:
-        values = {side: np.array([getattr(r, answer) for _, r in sorted(runs[side][algo].items())])
-                  for side in SIDES}
-        if not all(len(v) for v in values.values()):
+        v = {side: values(runs, toy, side, algo, answer) for side in SIDES}
+        if not all(len(x) for x in v.values()):
             continue
         for side in SIDES:
-            v = values[side]
-            iqm, bounds = interval_estimates(v[:, None], AGGREGATES["IQM"])
-            sd = v.std(ddof=1) if len(v) > 1 else 0.0
-            rows.append([algo, side, str(len(v)), f"{v.mean():.6f} ± {sd:.6f}", interval(float(iqm), bounds, 6),
-                         f"{1.2 - v.mean():.2e}", ""])
-        p, bounds = interval_estimates((values["pbx"][:, None], values["reference"][:, None]),
-                                       probability_of_improvement)
-        rows[-2][-1] = interval(float(p), bounds, 2)
-    return markdown_table(["algorithm", "side", "runs", "mean ± sd", "IQM [95% CI]", "1.2 − mean",
-                           "P(pbx > reference) [95% CI]"], rows)
+            x = v[side]
+            iqm, bounds = interval_estimates(x[:, None], AGGREGATES["IQM"])
+            sd = x.std(ddof=1) if len(x) > 1 else 0.0
+            rows.append([algo, side, str(len(x)), f"{x.mean():.3f} ± {sd:.3f}", interval(float(iqm), bounds, 3), "", ""])
+        p, bounds = interval_estimates((-v["pbx"][:, None], -v["reference"][:, None]), probability_of_improvement)
+        rows[-2][-2] = interval(float(p), bounds, 2)
+        rows[-2][-1] = equivalence(v["pbx"], v["reference"])
+    return markdown_table(["algorithm", "side", "runs", "log(1.2 − score), mean ± sd", "IQM [95% CI]",
+                           "P(pbx closer) [95% CI]", f"pbx − reference, 90% CI (margin ±{MARGIN})"], rows)
 
 
-def time_table(runs: dict[str, dict[str, dict[int, Run]]]) -> str:
+def ablation_table(runs: Runs, toy: str, answer: str) -> str:
+    """Rows per algorithm and arm: runs, mean log distance, and arm minus pbx's default with a 95% interval."""
     rows = []
+    arms = sorted(side for side in runs.get(toy, {}) if side.startswith("pbx-"))
     for algo in ALGOS:
-        for side in SIDES:
-            group = [r for _, r in sorted(runs[side][algo].items())]
+        base = values(runs, toy, "pbx", algo, answer)
+        if not len(base):
+            continue
+        rows.append([algo, "pbx (default)", str(len(base)), f"{base.mean():.3f}", "", ""])
+        for arm in arms:
+            x = values(runs, toy, arm, algo, answer)
+            if not len(x):
+                continue
+            diff, low, high = mean_difference(x, base, 0.95)
+            inside = "inside" if -MARGIN < low and high < MARGIN else ("outside" if low > MARGIN or high < -MARGIN
+                                                                      else "not told apart")
+            rows.append([algo, arm.removeprefix("pbx-"), str(len(x)), f"{x.mean():.3f}",
+                         f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]", inside])
+    return markdown_table(["algorithm", "arm", "runs", "log(1.2 − score), mean", "arm − default [95% CI]",
+                           f"against ±{MARGIN}"], rows)
+
+
+def time_table(runs: Runs, toy: str) -> str:
+    rows = []
+    for side, group_by_algo in sorted(runs.get(toy, {}).items()):
+        for algo in ALGOS:
+            group = [r for _, r in sorted(group_by_algo.get(algo, {}).items())]
             if not group:
                 continue
             wall, own = np.array([r.wall_s for r in group]), np.array([r.own_s for r in group])
             restarts = np.array([r.restarts for r in group])
-            sd = wall.std(ddof=1) if len(wall) > 1 else 0.0
-            rows.append([algo, side, str(len(group)), f"{wall.mean():.0f} ± {sd:.0f}", f"{own.mean():.0f}",
-                         f"{wall.sum() / 60:.1f}", f"{restarts.mean():.2f} ({restarts.min()}–{restarts.max()})"])
-    return markdown_table(["algorithm", "side", "runs", "wall s/run (mean ± sd)", "run's own clock s/run",
-                           "total min", "restarts/run (min–max)"], rows)
+            rows.append([algo, side, str(len(group)), f"{wall.mean():.0f}", f"{own.mean():.0f}",
+                         f"{restarts.mean():.2f} ({restarts.min()}–{restarts.max()})"])
+    return markdown_table(["algorithm", "side", "runs", "wall s/run", "run's own clock s/run",
+                           "generation ends/run (min–max)"], rows)
 
 
 def report(root: Path) -> str:
     runs = load(root)
-    lines = ["# pbx's BG-PBT and IPBT against the authors' code on ToyPlain", "",
-             f"Population 8, 1000 steps a member, step 10 (IPBT's first; BG-PBT's constant), seeds 0.. per side. "
-             f"Runs from `{root}`. Scores are 1.2 - theta^2 (optimum 1.2). 95% intervals: rliable's stratified "
-             f"bootstrap over seeds.", ""]
-    for answer, title in ANSWERS.items():
-        lines += [f"## {title}", "", score_table(runs, answer), ""]
-    lines += ["## restarts and wall time", "", time_table(runs), ""]
+    lines = ["# pbx's BG-PBT and IPBT against the authors' code on PBT-Zoo's toys", "",
+             f"Population 8, step 10. Runs from `{root}`. Score: log(1.2 − score), the log distance to the optimum "
+             f"(lower is better). Equivalence margin ±{MARGIN} on its mean. Intervals: rliable's stratified "
+             f"bootstrap over seeds (IQM, P), a percentile bootstrap over seeds (differences).", ""]
+    for toy in [t for t in TOYS if t in runs] + sorted(set(runs) - set(TOYS)):
+        lines += [f"## {toy}", ""]
+        for answer, title in ANSWERS.items():
+            lines += [f"### {title}: side by side", "", score_table(runs, toy, answer), "",
+                      f"### {title}: ablation (pbx)", "", ablation_table(runs, toy, answer), ""]
+        lines += ["### generation ends and wall time", "", time_table(runs, toy), ""]
     return "\n".join(lines)
 
 
