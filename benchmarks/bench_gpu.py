@@ -90,6 +90,7 @@ from pbx.members.base import MemberContext
 from pbx.members.ppo.impala import ImpalaPolicy
 from pbx.members.ppo.ppo import PPOMember, PPOSettings
 from pbx.members.ppo.update import VALUE_LOSSES, PPOUpdate
+from pbx.members.sb3.process import set_precision
 
 ROOT = Path(__file__).resolve().parent.parent
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec") if (Path(sys.executable).parent / "mpiexec").exists() \
@@ -286,11 +287,13 @@ class Split:
         }
 
 
-def build(setting: Setting, env: str, device: str, value_loss: str) -> tuple[PPOMember, BaseAlgorithm]:
-    """A member and a plain SB3 PPO of the same env, policy, settings and value loss, on the member's device."""
+def build(setting: Setting, env: str, device: str, value_loss: str, precision: str = "torch",
+          channels_last: bool = False) -> tuple[PPOMember, BaseAlgorithm]:
+    """A member and a plain SB3 PPO of the same env, policy, settings and value loss, on the member's device; the
+    member with the image network's ``precision`` and ``channels_last`` (the levers), plain SB3 as it comes."""
     s = setting
     settings = PPOSettings(n_envs=s.n_envs, n_steps=s.n_steps, batch_size=s.batch_size, n_epochs=N_EPOCHS,
-                           value_loss=value_loss, eval_episodes=0)
+                           value_loss=value_loss, eval_episodes=0, precision=precision, channels_last=channels_last)
     member = PPOMember(MemberContext(env=env, index=0, seed=0, device=device), settings, CONFIG)
     # The member picks ProcGen's thread count (and torch's); the plain run gets the same env so only pbx differs.
     venv = VecNormalize(make_env(env, s.n_envs, 0, num_levels=settings.num_levels, start_level=settings.start_level,
@@ -301,6 +304,8 @@ def build(setting: Setting, env: str, device: str, value_loss: str) -> tuple[PPO
         gamma=settings.gamma, gae_lambda=settings.gae_lambda, clip_range=CONFIG["clip_range"],
         ent_coef=CONFIG["ent_coef"], vf_coef=settings.vf_coef, max_grad_norm=settings.max_grad_norm,
         device=member.device, seed=0, verbose=0)
+    # The member set the process's TF32 switches for its precision; plain SB3 runs under PyTorch's own.
+    set_precision("torch")
     if value_loss == "sb3":
         plain: BaseAlgorithm = PPO(ImpalaPolicy, venv, clip_range_vf=settings.clip_range_vf, **kwargs)
     else:  # the reference loss clips the value with clip_range, as the member's PPOUpdate does
@@ -447,6 +452,12 @@ def main() -> None:
     parser.add_argument("--split-calls", type=int, default=2, help="timed calls per side for (b)")
     parser.add_argument("--value-loss", choices=VALUE_LOSSES, default="sb3",
                         help="the value loss of both sides and of (c): sb3 (plain SB3 untouched) or reference")
+    parser.add_argument("--precision", choices=("torch", "bf16"), default="torch",
+                        help="the member's image-network precision: bf16 autocast in its IMPALA CNN, or torch "
+                             "(the default). fp32 and tf32 switch the whole process, plain SB3 included, so they are "
+                             "not offered here")
+    parser.add_argument("--channels-last", action="store_true",
+                        help="the member's IMPALA CNN in the channels-last memory format")
     parser.add_argument("--ranks", type=int, nargs="*", default=[1, 2, 4],
                         help="MPI rank counts of (c) (default 1 2 4; none: only the one-process run)")
     parser.add_argument("--skip-mpi", action="store_true", help="(c) without the mpiexec runs")
@@ -483,12 +494,13 @@ def main() -> None:
         s = Setting(s.n_envs, s.n_steps, s.batch_size, args.rollouts, s.pop_rollouts)
     steps = s.rollouts * s.rollout
 
-    member, plain = build(s, args.env, device, args.value_loss)
+    member, plain = build(s, args.env, device, args.value_loss, args.precision, args.channels_last)
     dev = member.device
     clock = Clock(dev)
     where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
     print(f"{args.env}, {name} setting: {s.n_envs} envs x {s.n_steps} steps, minibatch {s.batch_size}, {N_EPOCHS} "
-          f"epochs, {args.value_loss} value loss on both sides; {counted(s.rollouts, 'rollout')} ({steps:,} env "
+          f"epochs, {args.value_loss} value loss on both sides; member precision {args.precision}"
+          f"{', channels-last' if args.channels_last else ''}; {counted(s.rollouts, 'rollout')} ({steps:,} env "
           f"steps) per call; on {dev} ({where}), {counted(_cores(), 'core')}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} torch threads, {member._env_threads} ProcGen threads", flush=True)
 

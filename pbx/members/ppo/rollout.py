@@ -78,18 +78,29 @@ class DeviceRolloutBuffer(RolloutBuffer):
             device_obs = torch.zeros((self.buffer_size, self.n_envs, *self.obs_shape), dtype=dtype, device=self.device)
             self._device_values = torch.zeros((self.buffer_size, self.n_envs), device=self.device)
             self._device_log_probs = torch.zeros((self.buffer_size, self.n_envs), device=self.device)
+            # On the CPU the step's few numbers are written through NumPy views of the same memory: a torch write
+            # costs 20-50 us of dispatch, a NumPy one a few (CartPole's rollout ran at 0.76 of SB3's with torch's)
+            self._host = (device_obs.numpy(), self._device_values.numpy(), self._device_log_probs.numpy()) \
+                if device_obs.device.type == "cpu" else None
         self._device_obs = device_obs
         self.observations = device_obs
 
     def add(self, obs: torch.Tensor, action: np.ndarray, reward: np.ndarray,  # type: ignore[override]
             episode_start: np.ndarray, value: torch.Tensor, log_prob: torch.Tensor) -> None:
         """One step, as SB3's ``add`` stores it; ``obs`` is the tensor the policy's forward was given."""
-        self._device_obs[self.pos].copy_(obs.reshape(self.n_envs, *self.obs_shape))
-        self.actions[self.pos] = action.reshape((self.n_envs, self.action_dim))
-        self.rewards[self.pos] = reward
-        self.episode_starts[self.pos] = episode_start
-        self._device_values[self.pos] = value.flatten()
-        self._device_log_probs[self.pos] = log_prob.reshape(self.n_envs)
+        pos, n = self.pos, self.n_envs
+        if self._host is None:
+            self._device_obs[pos].copy_(obs.reshape(n, *self.obs_shape))
+            self._device_values[pos] = value.flatten()
+            self._device_log_probs[pos] = log_prob.reshape(n)
+        else:
+            observations, values, log_probs = self._host
+            observations[pos] = obs.numpy().reshape(n, *self.obs_shape)
+            values[pos] = value.numpy().reshape(n)
+            log_probs[pos] = log_prob.numpy().reshape(n)
+        self.actions[pos] = action.reshape((n, self.action_dim))
+        self.rewards[pos] = reward
+        self.episode_starts[pos] = episode_start
         self.pos += 1
         self.full = self.pos == self.buffer_size
 

@@ -1,0 +1,107 @@
+"""``benchmarks/gpu_campaign.py``: its ``--help``; its tiny CPU run with a one-minute limit, and a second run that
+continues the same runs from the first's archive; the archive's compact checkpoints load into a member and train."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from conftest import ROOT
+from pbx.members.base import MemberContext
+from pbx.members.ppo.ppo import PPOMember
+from pbx.members.ppo.settings import PPOSettings
+
+SCRIPT = ROOT / "benchmarks" / "gpu_campaign.py"
+spec = importlib.util.spec_from_file_location("gpu_campaign", SCRIPT)
+campaign = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+sys.modules["gpu_campaign"] = campaign  # its dataclasses look their module up
+spec.loader.exec_module(campaign)  # type: ignore[union-attr]
+
+
+def run(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    cores = ["--cores", "1"] if hasattr(os, "sched_setaffinity") else []
+    return subprocess.run([sys.executable, str(SCRIPT), *args, *cores], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_help_lists_the_options() -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for flag in ("--limit", "--work", "--deliver", "--resume-from", "--setting", "--arms", "--skip-bench",
+                 "--skip-arrangements", "--part-mb", "--archive-mb", "--cores"):
+        assert flag in proc.stdout, flag
+
+
+def test_a_tiny_campaign_trains_delivers_and_the_next_one_continues_its_runs(tmp_path: Path) -> None:
+    first = run("--limit", "60", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
+                "--arms", "bigfish_none", "--work", str(tmp_path / "a"), "--deliver", str(tmp_path / "out1"))
+    assert first.returncode == 0, first.stdout + first.stderr
+    out1 = tmp_path / "out1"
+    assert sorted(p.name for p in out1.iterdir()) == ["archive.tar.gz.00", "results.tar.gz", "summary.md"]
+    with tarfile.open(out1 / "results.tar.gz") as tar:
+        names = tar.getnames()
+    assert {"bigfish_none/config.yaml", "bigfish_none/history.csv", "train_bigfish_none.txt"} <= set(names)
+    before = pd.read_csv(tmp_path / "a" / "runs" / "bigfish_none" / "history.csv")
+    rounds = before["round"].max() + 1
+    assert rounds >= 2 and sorted(before["member"].unique()) == [0, 1, 2], first.stdout
+    assert f"run bigfish_none: {rounds} rounds" in (out1 / "summary.md").read_text()
+
+    # a fresh work folder, as on the next machine: only the archive travels
+    second = run("--limit", "60", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
+                 "--arms", "bigfish_none", "--work", str(tmp_path / "b"), "--deliver", str(tmp_path / "out2"),
+                 "--resume-from", str(out1 / "archive"))
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "resumed from" in second.stdout and "runs bigfish_none" in second.stdout
+    after = pd.read_csv(tmp_path / "b" / "runs" / "bigfish_none" / "history.csv")
+    assert after["round"].max() + 1 > rounds, second.stdout
+    # the finished rounds came along as they were; the new ones go on from the archived step counts
+    pd.testing.assert_frame_equal(after[after["round"] < rounds].reset_index(drop=True), before)
+    steps = after.groupby("member")["steps"].apply(lambda s: s.diff().dropna().unique().tolist())
+    assert all(diffs == [32] for diffs in steps), steps
+
+
+def test_a_damaged_archive_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "archive.tar.gz.00").write_bytes(b"not gzip")
+    proc = run("--limit", "30", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
+               "--work", str(tmp_path / "w"), "--resume-from", str(tmp_path / "archive"), timeout=120)
+    assert proc.returncode != 0 and "not one whole gzip stream" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_each_archive_level_loads_into_a_member_that_trains(tmp_path: Path) -> None:
+    settings = PPOSettings(n_envs=2, n_steps=16, batch_size=16, n_epochs=1, eval_episodes=0)
+    config = {"learning_rate": 5e-4, "ent_coef": 0.01, "clip_range": 0.2}
+    member = PPOMember(MemberContext(env="bigfish", index=0, seed=1, device="cpu"), settings, dict(config))
+    member.train(32)
+    member.save(tmp_path / "m.ckpt")
+    weights = member.model.policy.state_dict()
+    for level in campaign.LEVELS:
+        state = torch.load(tmp_path / "m.ckpt", map_location="cpu", weights_only=False)
+        torch.save(campaign.expand(campaign.compact(state, level)), tmp_path / f"{level}.ckpt")
+        resumed = PPOMember(MemberContext(env="bigfish", index=0, seed=1, device="cpu"), settings, dict(config))
+        resumed.load(tmp_path / f"{level}.ckpt", own=True)
+        again = resumed.model.policy.state_dict()
+        for key, value in weights.items():
+            if level == "full":
+                assert torch.equal(again[key], value), (level, key)
+            else:  # rounded to float16: within half a float16 step of the weight
+                assert again[key].dtype == torch.float32
+                torch.testing.assert_close(again[key], value, rtol=2 ** -11, atol=6e-8)
+        adam = resumed.model.policy.optimizer.state
+        if level == "no-optimizer":
+            assert not adam
+        else:
+            first = next(iter(adam.values()))
+            assert first["exp_avg_sq"].dtype == torch.float32
+            assert bool((first["exp_avg"] == 0).all()) == (level == "no-first-moment"), level
+        assert resumed.steps == member.steps
+        resumed.train(32)
+        assert resumed.steps == member.steps + 32
