@@ -7,7 +7,8 @@
 Prints the mean, std and count of the episode returns of the sampled and of
 the deterministic policy, marking the one the run's test score plays (PPO's and
 A2C's sampled, SAC's, TD3's and DQN's deterministic), and writes them, with
-every return, to ``RUN_DIR/report/evaluate_m<M>_<levels>_seed<S>.json``. What
+every return, to ``RUN_DIR/report/evaluate_m<M>_<levels>_seed<S>.json`` (a checkpoint
+``--member kept`` takes from an earlier generation: ``evaluate_m<M>_kept_r<R>_...``). What
 is played and why: :mod:`pbx.evaluation`.
 """
 

@@ -31,7 +31,7 @@ from pbx.console import counted, format_score
 from pbx.envs import is_procgen
 from pbx.errors import UsageError
 from pbx.files import durable_write
-from pbx.history import member_row
+from pbx.history import member_row, restart_marks
 from pbx.members import MemberContext
 from pbx.reporting.runs import load_run
 from pbx.rollout import Played
@@ -57,6 +57,9 @@ class Target:
     member: int
     round: int
     steps: int
+    rounds: int
+    """The run's rounds as its history plans them (:meth:`pbx.config.RunConfig.planned`): a BG-PBT or IPBT run's
+    larger first population takes more than one round of the budget."""
     kept: bool = False
     """Whether the checkpoint is one a restart kept (``--member kept``), not of the last round."""
 
@@ -121,7 +124,9 @@ def find_target(path: Path, member: str = "best") -> Target:
                          f"take SB3 members (a ProcGen game or a gymnasium id)")
     row = member_row(run.frame, member)
     last = int(run.frame["round"].max())
-    target = Target(run_dir, cfg, int(row["member"]), int(row["round"]), int(row["steps"]), int(row["round"]) < last)
+    rounds = len(cfg.planned(restart_marks(run.frame)).ends)
+    target = Target(run_dir, cfg, int(row["member"]), int(row["round"]), int(row["steps"]), rounds,
+                    kept=int(row["round"]) < last)
     if target.kept and not run_dir.kept.is_dir():
         raise UsageError(f"{run_dir.kept}: no such folder: this run was trained before pbx kept each generation's "
                          f"best member at a restart, so --member kept has no checkpoint of round {target.round}'s "
@@ -220,8 +225,11 @@ def check_options(episodes: int, levels: str, max_steps: int | None, video: Path
 
 
 def result_path(target: Target, levels: str, seed: int) -> Path:
-    """Where :func:`evaluate`'s numbers go: ``RUN_DIR/report/evaluate_m<M>_<levels>_seed<S>.json``."""
-    return target.run_dir.report / f"evaluate_m{target.member}_{levels}_seed{seed}.json"
+    """Where :func:`evaluate`'s numbers go: ``RUN_DIR/report/evaluate_m<M>_<levels>_seed<S>.json``, or
+    ``evaluate_m<M>_kept_r<R>_...`` for a checkpoint a restart kept after round R (member M's last checkpoint
+    is another state, whose numbers it would overwrite)."""
+    kept = f"_kept_r{target.round}" if target.kept else ""
+    return target.run_dir.report / f"evaluate_m{target.member}{kept}_{levels}_seed{seed}.json"
 
 
 def describe(target: Target, levels: str, episodes: int, seed: int) -> str:
@@ -233,7 +241,8 @@ def describe(target: Target, levels: str, episodes: int, seed: int) -> str:
         where = "test levels (unrestricted, num_levels=0)"
     else:
         where = f"train levels ({cfg.member.num_levels or 'unrestricted'} from {cfg.member.start_level})"  # type: ignore[attr-defined]
-    return (f"member {target.member} of {target.run_dir.path} after round {target.round + 1}/{cfg.run.rounds} "
+    kept = ", kept at the restart after it" if target.kept else ""
+    return (f"member {target.member} of {target.run_dir.path} after round {target.round + 1}/{target.rounds}{kept} "
             f"({target.steps:,} steps): {counted(episodes, 'episode')} on {where}, seed {seed}")
 
 

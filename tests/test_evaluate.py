@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -17,7 +18,7 @@ import pytest
 from PIL import Image
 
 from pbx import evaluate, export, train
-from pbx.evaluation import evaluate as evaluate_target, find_target
+from pbx.evaluation import describe, evaluate as evaluate_target, find_target, result_path
 from pbx.video import imageio_ffmpeg
 
 from conftest import ROOT, run_toy
@@ -152,6 +153,25 @@ def test_a_mujoco_run_is_filmed_on_a_machine_with_no_display_without_a_traceback
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     with Image.open(gif) as image:
         assert image.n_frames > 5 and np.asarray(image.convert("RGB")).std() > 0  # a picture, not a blank frame
+
+def test_an_ipbt_run_counts_its_rounds_and_a_kept_checkpoint_has_its_own_result_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """IPBT's first population of 4 for 2 takes 2 rounds of the budget: 192 steps at t_ready 64 are 2 rounds, not
+    3 (the line said "round 2/3"). A checkpoint a restart kept is another state than the member's last one: its
+    numbers go to another file (both went to evaluate_m<M>_test_seed<S>.json)."""
+    run = tmp_path / "ipbt"
+    assert train.main(["--env", "CartPole-v1", "--search", "IPBT", "--batchsize", "2", "-m", "n_envs=2", "n_steps=32",
+                       "batch_size=32", "eval_episodes=0", "--t_ready", "64", "--max_budget", "192", "--device", "cpu",
+                       "--run-dir", str(run)]) == 0
+    capsys.readouterr()
+    lines, result = _evaluate(capsys, str(run), "--member", "0", *SHORT)
+    assert f"member 0 of {run} after round 2/2 (" in lines[0] and result["round"] == 1
+    target = find_target(run, "0")
+    kept = dataclasses.replace(target, round=0, kept=True)
+    assert result_path(target, "test", 0).name == "evaluate_m0_test_seed0.json"
+    assert result_path(kept, "test", 0).name == "evaluate_m0_kept_r0_test_seed0.json"
+    assert describe(kept, "test", 1, 0).startswith(f"member 0 of {run} after round 1/2, kept at the restart after it")
+
 
 def _damage(run: Path, tmp_path: Path, case: str) -> list[str]:
     """A copy of ``run`` damaged as ``case`` says; returns the command's arguments."""
