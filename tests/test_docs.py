@@ -142,3 +142,15 @@ def test_the_command_line_reference_matches_the_commands(monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", make_cli.WIDTH)  # restored after the test
     assert set(make_cli.COMMANDS) == {p.stem for p in (ROOT / "pbx").glob("*.py") if "__main__" in p.read_text()}
     assert (DOCS / "cli.md").read_text() == make_cli.reference(), "docs/cli.md is stale: python docs/make_cli.py"
+
+
+@pytest.mark.parametrize("page", ["getting-started.md", "reference.md", "concepts.md"])
+def test_the_run_folder_listings_name_kept_and_the_replay_segments(page: str) -> None:
+    """What a run folder holds, as pbx/run_dir.py's docstring lists it: BG-PBT's and IPBT's kept/ and an off-policy
+    agent's replay segments beside its checkpoints were missing from every listing."""
+    from pbx.run_dir import __doc__ as listing
+
+    assert "runs/<name>/kept/" in listing
+    text = (DOCS / page).read_text()
+    assert "kept/" in text, page
+    assert "member_<i>.replay." in text or "replay segments" in " ".join(text.split()), page
