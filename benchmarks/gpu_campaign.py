@@ -22,7 +22,7 @@ loan needs to continue the same runs:
    TensorBoard logs, each member's checkpoint made compact (:func:`compact`), gzip-compressed, in
    parts of at most ``--part-mb`` MB (what a GPU machine here can send back: 8 files of 16 MiB).
 
-The phases get fixed shares of the limit (bench 20%, arrangements 15%, the rest training, less
+The phases get fixed shares of the limit (bench 25%, arrangements 35%, the rest training, less
 what delivering needs), so a slow phase cannot eat the runs' time; a phase past its share is
 stopped and says so. ``--setting tiny`` shrinks everything (2 envs x 16 steps, rounds of one rollout)
 for a CPU: ``tests/test_gpu_campaign.py`` runs it with a one-minute limit and resumes from its own
@@ -30,6 +30,9 @@ archive.
 
     python benchmarks/gpu_campaign.py --limit 540 --deliver $OUT
     python benchmarks/gpu_campaign.py --limit 540 --deliver $OUT --skip-bench --resume-from docs/results/procgen_campaign/archive
+    python benchmarks/gpu_campaign.py collect DELIVERED    # back here: into docs/results/procgen_campaign/
+
+``docs/gpu.md`` has the whole loan, command by command.
 """
 
 from __future__ import annotations
@@ -66,21 +69,29 @@ class Arm:
     flags: tuple[str, ...] = ()
 
 
+SCORED = ("--t_ready", "262144")
+"""The baselines' rounds: for ``--search none`` a round is only when members are scored and saved, so they are scored
+every 262,144 steps (16 rollouts, as the first long bigfish run was) rather than at PB2's 500k: shorter rounds lose
+less when a loan ends mid-round, and the curves are finer."""
+
 ARMS = (
     # --search none with 3 members: 3 seeds of the fixed-hyperparameter baseline, one process
-    Arm("bigfish_none", "bigfish", "none", 3),
-    Arm("starpilot_none", "starpilot", "none", 3),
+    Arm("bigfish_none", "bigfish", "none", 3, flags=SCORED),
+    Arm("starpilot_none", "starpilot", "none", 3, flags=SCORED),
     # the design card's core: PB2 on ProcGen at the PB2 paper's schedule (exploit every 500k steps)
     Arm("bigfish_pb2", "bigfish", "PB2", 4),
 )
 """The runs: pbx's shipped ProcGen defaults (the ProcGen paper's PPO, ``normalize_gamma`` 0.99, 25M steps a
-member, rounds of 500k) but for what each arm names."""
+member, rounds of 500k) but for what each arm's flags name (``--setting tiny`` replaces those too)."""
+
+POPULATION = ("--t_ready", "16384", "-m", "eval_episodes=0")
+"""The arrangements' runs at the paper setting: rounds of one rollout a member, no test episodes."""
 
 TINY = ("--t_ready", "32", "--max_budget", "320000", "-m", "n_envs=2", "n_steps=16", "batch_size=16", "n_epochs=1",
         "eval_episodes=0")
 """``--setting tiny``: rounds of one 32-step rollout and one epoch, no test episodes (for a CPU and the test)."""
 
-SHARES = {"bench": 0.20, "arrangements": 0.15}
+SHARES = {"bench": 0.25, "arrangements": 0.35}
 """The phases' shares of ``--limit``; training gets what they leave, less :data:`DELIVER_S`."""
 DELIVER_S = {"paper": 60.0, "tiny": 20.0}
 """Seconds kept for stopping the runs and writing what the campaign delivers."""
@@ -265,8 +276,9 @@ def train(c: Campaign, seconds: float, base: list[str], arms: list[Arm]) -> None
         if (folder / "history.csv").is_file():
             command = [sys.executable, "-m", "pbx.train", "--resume", str(folder), "--device", c.device]
         else:
+            flags = base if c.setting == "tiny" else [*base, *arm.flags]
             command = [sys.executable, "-m", "pbx.train", "--env", arm.env, "--search", arm.search, "--batchsize",
-                       str(arm.members), "--seed", str(arm.seed), "--device", c.device, *base, *arm.flags,
+                       str(arm.members), "--seed", str(arm.seed), "--device", c.device, *flags,
                        "--run-dir", str(folder)]
         out = open(c.work / f"train_{arm.name}.txt", "a")
         logs.append(out)
@@ -453,7 +465,36 @@ def deliver(c: Campaign, to: Path, part_mb: float, archive_mb: float) -> None:
     (to / "summary.md").write_text("# GPU campaign\n\n" + "\n".join(f"- {line}" for line in c.log) + "\n")
 
 
+RESULTS = ROOT / "docs" / "results" / "procgen_campaign"
+"""Where a campaign's delivery is kept between loans (:func:`collect`): the archive the next loan resumes from, each
+run's small files, one summary per loan."""
+
+
+def collect(delivered: Path, into: Path = RESULTS) -> None:
+    """Lay a delivery into ``into``: the archive's parts (replacing the last loan's), each run's small files, and
+    the loan's summary as ``summary-<date>.md`` (its delivery's time). Committing them is the caller's."""
+    parts = sorted(delivered.glob("archive.tar.gz.*"))
+    if not parts or not (delivered / "results.tar.gz").is_file() or not (delivered / "summary.md").is_file():
+        raise SystemExit(f"error: {delivered} is not a campaign's delivery (archive.tar.gz.NN, results.tar.gz, "
+                         f"summary.md)")
+    into.mkdir(parents=True, exist_ok=True)
+    for old in into.glob("archive.tar.gz.*"):
+        old.unlink()
+    for part in parts:
+        shutil.copyfile(part, into / part.name)
+    with tarfile.open(delivered / "results.tar.gz") as tar:
+        tar.extractall(into / "runs", filter="data")
+    stamp = time.strftime("%Y-%m-%d-%H%M", time.gmtime((delivered / "summary.md").stat().st_mtime))
+    shutil.copyfile(delivered / "summary.md", into / f"summary-{stamp}.md")
+    print(f"{delivered} -> {into}: {len(parts)} archive part(s), runs {', '.join(sorted(p.name for p in (into / 'runs').iterdir() if p.is_dir()))}")
+
+
 def main(argv: list[str] | None = None) -> None:
+    if argv is None and sys.argv[1:2] == ["collect"]:
+        if len(sys.argv) != 3:
+            raise SystemExit("usage: gpu_campaign.py collect DELIVERED")
+        collect(Path(sys.argv[2]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--limit", type=float, required=True, help="wall-clock seconds for the whole campaign")
     parser.add_argument("--work", type=Path, default=ROOT / "campaign", help="where the runs train (default campaign/)")
@@ -498,7 +539,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.skip_bench:
         bench(c, SHARES["bench"] * args.limit)
     if not args.skip_arrangements:
-        arrangements(c, SHARES["arrangements"] * args.limit, base)
+        arrangements(c, SHARES["arrangements"] * args.limit, base or list(POPULATION))
     train(c, c.left() - DELIVER_S[args.setting], base, [a for a in ARMS if a.name in args.arms])
     deliver(c, (args.deliver or c.work).resolve(), args.part_mb, args.archive_mb)
 

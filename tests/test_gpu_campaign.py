@@ -54,10 +54,16 @@ def test_a_tiny_campaign_trains_delivers_and_the_next_one_continues_its_runs(tmp
     assert rounds >= 2 and sorted(before["member"].unique()) == [0, 1, 2], first.stdout
     assert f"run bigfish_none: {rounds} rounds" in (out1 / "summary.md").read_text()
 
+    # collected as a loan's delivery is kept between loans
+    kept = tmp_path / "kept"
+    campaign.collect(out1, kept)
+    assert (kept / "archive.tar.gz.00").read_bytes() == (out1 / "archive.tar.gz.00").read_bytes()
+    assert (kept / "runs" / "bigfish_none" / "history.csv").is_file() and len(list(kept.glob("summary-*.md"))) == 1
+
     # a fresh work folder, as on the next machine: only the archive travels
     second = run("--limit", "60", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
                  "--arms", "bigfish_none", "--work", str(tmp_path / "b"), "--deliver", str(tmp_path / "out2"),
-                 "--resume-from", str(out1 / "archive"))
+                 "--resume-from", str(kept / "archive"))
     assert second.returncode == 0, second.stdout + second.stderr
     assert "resumed from" in second.stdout and "runs bigfish_none" in second.stdout
     after = pd.read_csv(tmp_path / "b" / "runs" / "bigfish_none" / "history.csv")
