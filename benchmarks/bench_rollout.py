@@ -25,12 +25,9 @@ import statistics
 import time
 from typing import Any
 
-# pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
-import pbx.envs  # noqa: F401  # isort: skip
-from stable_baselines3.common.buffers import RolloutBuffer
-
 from pbx.members.base import MemberContext
 from pbx.members.ppo.ppo import PPOMember
+from pbx.members.ppo.rollout import use_sb3_rollout
 from pbx.members.ppo.settings import PPOSettings
 
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -45,11 +42,7 @@ def build(env: str, sb3: bool) -> PPOMember:
     settings = PPOSettings(**(PPOMember.setting_defaults(env) | SETTINGS[env]))
     member = PPOMember(MemberContext(env=env, index=0, seed=0, device="cpu"), settings, dict(CONFIG))
     if sb3:
-        model, old = member.model, member.model.rollout_buffer
-        model.rollout_buffer_class = RolloutBuffer
-        model.rollout_buffer = RolloutBuffer(old.buffer_size, model.observation_space, model.action_space,
-                                             device=model.device, gamma=old.gamma, gae_lambda=old.gae_lambda,
-                                             n_envs=model.n_envs)
+        use_sb3_rollout(member.model)
     return member
 
 

@@ -14,7 +14,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 
 from pbx.members.base import MemberContext
 from pbx.members.ppo.ppo import PPOMember
-from pbx.members.ppo.rollout import DeviceRolloutBuffer
+from pbx.members.ppo.rollout import DeviceRolloutBuffer, use_sb3_rollout
 from pbx.members.ppo.settings import PPOSettings
 
 CONFIG = {"learning_rate": 1e-3, "ent_coef": 0.01, "clip_range": 0.2}
@@ -34,14 +34,7 @@ def member(env: str) -> PPOMember:
 
 
 def on_sb3_path(m: PPOMember) -> PPOMember:
-    """``m`` collecting with SB3's own ``RolloutBuffer`` and ``collect_rollouts`` (the direct rollout hands a
-    buffer of another class to SB3's)."""
-    model = m.model
-    old = model.rollout_buffer
-    model.rollout_buffer_class = RolloutBuffer
-    model.rollout_buffer = RolloutBuffer(old.buffer_size, model.observation_space, model.action_space,
-                                         device=model.device, gamma=old.gamma, gae_lambda=old.gae_lambda,
-                                         n_envs=model.n_envs)
+    use_sb3_rollout(m.model)
     return m
 
 

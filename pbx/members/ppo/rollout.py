@@ -200,3 +200,14 @@ class DirectRollout(OnPolicyAlgorithm):
                 with torch.no_grad():
                     terminal_value = self.policy.predict_values(terminal_obs)[0]  # type: ignore[arg-type]
                 rewards[idx] += self.gamma * terminal_value
+
+
+def use_sb3_rollout(model: OnPolicyAlgorithm) -> None:
+    """Make ``model`` collect with SB3's own ``RolloutBuffer`` and ``collect_rollouts`` from its next rollout on (the
+    direct rollout hands a buffer of another class to SB3's): the path the direct rollout is measured and tested
+    against (``benchmarks/bench_rollout.py``, ``tests/test_rollout.py``)."""
+    old = model.rollout_buffer
+    model.rollout_buffer_class = RolloutBuffer
+    model.rollout_buffer = RolloutBuffer(old.buffer_size, model.observation_space, model.action_space,
+                                         device=model.device, gamma=old.gamma, gae_lambda=old.gae_lambda,
+                                         n_envs=model.n_envs)
