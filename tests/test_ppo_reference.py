@@ -43,6 +43,11 @@ from ppo2_port import PBX, REFERENCE, AdamOptimizer, Choices, Model, RecordedVec
 # dodgeball, seed 1: in 8 envs x 32 steps three rewards, one of them clipped at 10 by the normaliser, and three
 # episode ends; 8 minibatches of 32 in 3 epochs (train-procgen's), the member's defaults otherwise.
 GAME, SEED = "dodgeball", 1
+# Its only rewarded episode ends on the rollout's last step, where the return normaliser's reset at an episode end
+# changes nothing after it: a normaliser that kept its returns across episode ends passed. jumper, seed 1: a
+# rewarded episode ends in env 6's first step, and a reward in a later step is scaled by return statistics that
+# the reset changed.
+ENDS_GAME, ENDS_SEED = "jumper", 1
 SETTINGS = {"n_envs": 8, "n_steps": 32, "batch_size": 32, "n_epochs": 3, "eval_episodes": 0}
 CONFIG = {"ent_coef": 0.01, "learning_rate": 5e-4, "clip_range": 0.2}
 ROLLOUT = SETTINGS["n_envs"] * SETTINGS["n_steps"]
@@ -112,9 +117,9 @@ def policy_weights(member: PPOMember) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in member.model.policy.named_parameters()}
 
 
-def record() -> Recording:
+def record(game: str = GAME, seed: int = SEED) -> Recording:
     """Build the member, train it one rollout and one update, and record what the spies saw."""
-    context = MemberContext(env=GAME, index=0, seed=SEED, device="cpu", log_dir=None)
+    context = MemberContext(env=game, index=0, seed=seed, device="cpu", log_dir=None)
     member = PPOMember(context, PPOSettings(**SETTINGS), dict(CONFIG))
     model, norm, venv = member.model, member._norm, member._venv
     buffer, optimizer = model.rollout_buffer, model.policy.optimizer
@@ -353,6 +358,21 @@ def pbx(rec: Recording) -> Comparison:
     return Comparison(rec, PBX)
 
 
+def test_the_return_normaliser_resets_at_episode_ends_as_the_reference() -> None:
+    """train-procgen's ``VecNormalize`` zeroes an env's discounted return when its episode ends; a rollout in
+    which a rewarded episode ends and a reward follows scales that reward by the statistics of the returns after
+    the reset, so the port's normalised rewards equal the member's bit for bit only if the member resets too
+    (a member that kept its returns across the end failed here: see the commit that added this test)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ends = record(ENDS_GAME, ENDS_SEED)
+    finally:
+        torch.set_num_threads(threads)
+    assert _rewarded_episode_ends_before_a_reward(ends.raw_rewards, ends.dones)
+    assert Comparison(ends, PBX).measure("rewards") == TOLERANCE["rewards"] == 0.0
+
+
 def test_the_recorded_round_exercises_the_reward_clip_value_clipping_and_episode_ends(
         rec: Recording, pbx: Comparison) -> None:
     """The case covers what the comparison must: a normalised reward clipped at 10 (ret_rms starts at var 1,
@@ -372,6 +392,19 @@ def test_the_recorded_round_exercises_the_reward_clip_value_clipping_and_episode
     else:
         pytest.fail("no value moved past the clip range during the update: value clipping went untested")
     assert all(not torch.equal(rec.before[name], rec.after[name]) for name in rec.before)
+
+
+def _rewarded_episode_ends_before_a_reward(raw_rewards: np.ndarray, dones: np.ndarray) -> bool:
+    """Whether an episode with a reward in the rollout ends before its last step and a reward comes after: then
+    the discounted return the normaliser resets at the episode's end is nonzero, and the reset changes the
+    return statistics that scale the later reward (each (n_steps, n_envs))."""
+    for env in range(dones.shape[1]):
+        start = 0
+        for step in np.flatnonzero(dones[:, env]):
+            if raw_rewards[start:step + 1, env].any() and (raw_rewards[step + 1:] != 0).any():
+                return True
+            start = step + 1
+    return False
 
 
 def test_the_reference_shuffle_agrees_with_sb3s_in_the_first_epoch_only(rec: Recording) -> None:
