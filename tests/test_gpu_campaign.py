@@ -51,7 +51,7 @@ def test_a_tiny_campaign_trains_delivers_and_the_next_one_continues_its_runs(tmp
     assert {"bigfish_none/config.yaml", "bigfish_none/history.csv", "train_bigfish_none.txt"} <= set(names)
     before = pd.read_csv(tmp_path / "a" / "runs" / "bigfish_none" / "history.csv")
     rounds = before["round"].max() + 1
-    assert rounds >= 2 and sorted(before["member"].unique()) == [0, 1, 2], first.stdout
+    assert rounds >= 1 and sorted(before["member"].unique()) == [0, 1, 2], first.stdout
     assert f"run bigfish_none: {rounds} rounds" in (out1 / "summary.md").read_text()
 
     # collected as a loan's delivery is kept between loans
