@@ -49,7 +49,7 @@ import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pandas as pd
 import torch
@@ -114,6 +114,12 @@ class Campaign:
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
+
+
+def refuse(message: str) -> NoReturn:
+    """Bad input: one line on stderr, exit 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def python_env() -> dict[str, str]:
@@ -428,12 +434,11 @@ def unpack(prefix: Path, work: Path) -> list[str]:
     returns the runs it held. An archive that is not whole is one line, exit 2."""
     parts = sorted(prefix.parent.glob(prefix.name + ".tar.gz.*"))
     if not parts:
-        raise SystemExit(f"error: no archive parts {prefix}.tar.gz.00, ... found")
+        refuse(f"no archive parts {prefix}.tar.gz.00, ... found")
     try:
         data = gzip.decompress(b"".join(p.read_bytes() for p in parts))
     except (OSError, EOFError) as err:
-        raise SystemExit(f"error: {parts[0].parent}: the archive's {len(parts)} part(s) are not one whole gzip "
-                         f"stream ({err})") from None
+        refuse(f"{parts[0].parent}: the archive's {len(parts)} part(s) are not one whole gzip stream ({err})")
     runs = work / "runs"
     shutil.rmtree(runs, ignore_errors=True)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
@@ -475,8 +480,7 @@ def collect(delivered: Path, into: Path = RESULTS) -> None:
     the loan's summary as ``summary-<date>.md`` (its delivery's time). Committing them is the caller's."""
     parts = sorted(delivered.glob("archive.tar.gz.*"))
     if not parts or not (delivered / "results.tar.gz").is_file() or not (delivered / "summary.md").is_file():
-        raise SystemExit(f"error: {delivered} is not a campaign's delivery (archive.tar.gz.NN, results.tar.gz, "
-                         f"summary.md)")
+        refuse(f"{delivered} is not a campaign's delivery (archive.tar.gz.NN, results.tar.gz, summary.md)")
     into.mkdir(parents=True, exist_ok=True)
     for old in into.glob("archive.tar.gz.*"):
         old.unlink()
@@ -492,7 +496,7 @@ def collect(delivered: Path, into: Path = RESULTS) -> None:
 def main(argv: list[str] | None = None) -> None:
     if argv is None and sys.argv[1:2] == ["collect"]:
         if len(sys.argv) != 3:
-            raise SystemExit("usage: gpu_campaign.py collect DELIVERED")
+            refuse("usage: gpu_campaign.py collect DELIVERED")
         collect(Path(sys.argv[2]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -78,7 +78,7 @@ def test_a_damaged_archive_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "archive.tar.gz.00").write_bytes(b"not gzip")
     proc = run("--limit", "30", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
                "--work", str(tmp_path / "w"), "--resume-from", str(tmp_path / "archive"), timeout=120)
-    assert proc.returncode != 0 and "not one whole gzip stream" in proc.stderr
+    assert proc.returncode == 2 and "not one whole gzip stream" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
