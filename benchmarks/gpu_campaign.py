@@ -19,7 +19,7 @@ loan needs to continue the same runs:
    in progress is lost, its finished rounds are not).
 4. **deliver**: each run's small files and the phases' outputs in ``results.tar.gz``, a
    ``summary.md``, and the archive the next loan resumes from: the run folders without their
-   TensorBoard logs, each member's checkpoint made compact (:func:`compact`), gzip-compressed, in
+   TensorBoard logs, each member's checkpoint made compact (``campaign_archive.py``), gzip-compressed, in
    parts of at most ``--part-mb`` MB (what a GPU machine here can send back: 8 files of 16 MiB).
 
 The phases get fixed shares of the limit (bench 25%, arrangements 35%, the rest training, less
@@ -38,8 +38,6 @@ archive.
 from __future__ import annotations
 
 import argparse
-import io
-import gzip
 import os
 import shutil
 import signal
@@ -49,10 +47,12 @@ import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pandas as pd
 import torch
+
+from campaign_archive import archive, collect, refuse, unpack
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,12 +114,6 @@ class Campaign:
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
-
-
-def refuse(message: str) -> NoReturn:
-    """Bad input: one line on stderr, exit 2."""
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def python_env() -> dict[str, str]:
@@ -332,122 +326,6 @@ def _rounds(folder: Path) -> int:
     return int(history["round"].max()) + 1 if len(history) else 0
 
 
-LEVELS = ("full", "fp16-weights", "no-first-moment", "no-optimizer")
-"""How much of a checkpoint the archive carries, from most to least (:func:`compact`); the archive takes the first
-whose parts fit ``--archive-mb``. Measured on a bigfish member (xz; gzip's are about 7% larger): the weights 2.28 MB
-in float32, 1.10 MB in float16; each of Adam's moments 1.82 MB in float32, 0.72 MB in bfloat16; the envs' state
-0.39 MB, the last observations 0.23 MB. Ten members at ``full`` are about 37 MB, at ``no-first-moment`` about 18."""
-
-
-def compact(state: dict[str, Any], level: str) -> dict[str, Any]:
-    """A member's checkpoint as the archive carries it at ``level`` (:data:`LEVELS`).
-
-    Always: the statistics, counters, random streams and Adam's step count as saved; Adam's moments in bfloat16
-    (float32's range, three significant digits: they are running averages); the envs' state and last observations
-    left out, so a resume starts new episodes (as for envs that cannot be saved). ``fp16-weights`` also rounds the
-    weights to float16, an error of at most 2**-11 of a weight, about 1e-5 on the IMPALA CNN's typical 0.02, against
-    Adam's step of about the learning rate, 5e-4. ``no-first-moment`` also leaves out Adam's first moment (a
-    10-update average at beta1 0.9): it restarts at zero, so the next few updates are smaller. ``no-optimizer``
-    carries no Adam state: Adam starts over, its bias correction included.
-    """
-    state = dict(state, env_state=None, last_obs=None, carried=level)
-    weights = torch.float16 if level != "full" else None
-    for key in ("policy",):
-        if weights is not None and key in state:
-            state[key] = {name: _cast(value, weights) for name, value in state[key].items()}
-    optimizer = state.get("optimizer")
-    if optimizer is not None:
-        dropped = {"no-first-moment": {"exp_avg"}, "no-optimizer": None}.get(level, set())
-        state["optimizer"] = {**optimizer, "state": {} if dropped is None else {
-            key: {name: _cast(value, torch.bfloat16) for name, value in moments.items() if name not in dropped}
-            for key, moments in optimizer["state"].items()}}
-    return state
-
-
-def _cast(value: Any, dtype: torch.dtype) -> Any:
-    """A float tensor with elements in ``dtype`` (or back in float32); anything else as it is."""
-    return value.to(dtype) if torch.is_tensor(value) and value.is_floating_point() and value.dim() > 0 else value
-
-
-def expand(state: dict[str, Any]) -> dict[str, Any]:
-    """:func:`compact`'s inverse, as far as it goes: every carried tensor in float32 again, a first moment left out
-    restarted at zero."""
-    if "policy" in state:
-        state["policy"] = {name: _cast(value, torch.float32) for name, value in state["policy"].items()}
-    optimizer = state.get("optimizer")
-    if optimizer is not None:
-        moments = {key: {name: _cast(value, torch.float32) for name, value in entry.items()}
-                   for key, entry in optimizer["state"].items()}
-        for entry in moments.values():
-            if "exp_avg_sq" in entry and "exp_avg" not in entry:
-                entry["exp_avg"] = torch.zeros_like(entry["exp_avg_sq"])
-        state["optimizer"] = {**optimizer, "state": moments}
-    return state
-
-
-def _packed(work: Path, level: str) -> bytes:
-    """The run folders (without ``tb/``) as one gzip-compressed tar, checkpoints compacted at ``level``. gzip, not
-    xz: on a bigfish checkpoint xz's file is 7% smaller and took 16 times as long (10.3 s against 0.64 s here), time
-    that a campaign takes from training."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for path in sorted((work / "runs").rglob("*")):
-            relative = path.relative_to(work / "runs")
-            if not path.is_file() or relative.parts[1:2] == ("tb",) or path.name == ".lock":
-                continue
-            if path.suffix == ".ckpt":
-                data = io.BytesIO()
-                torch.save(compact(torch.load(path, map_location="cpu", weights_only=False), level), data)
-                info = tarfile.TarInfo(str(relative))
-                info.size = len(data.getvalue())
-                tar.addfile(info, io.BytesIO(data.getvalue()))
-            else:
-                tar.add(path, arcname=str(relative))
-    return gzip.compress(buffer.getvalue(), compresslevel=6, mtime=0)
-
-
-def archive(c: Campaign, target: Path, part_mb: float, archive_mb: float) -> list[Path]:
-    """``target.tar.gz.00``, ``.01``, ... in parts of ``part_mb``: the first of :data:`LEVELS` whose archive fits
-    ``archive_mb`` (the last level otherwise, with a warning)."""
-    for level in LEVELS:
-        packed = _packed(c.work, level)
-        if len(packed) <= archive_mb * 1e6:
-            break
-        c.say(f"archive at level {level}: {len(packed) / 1e6:.1f} MB, over {archive_mb:g} MB")
-    else:
-        c.say(f"warning: even the smallest archive is over --archive-mb {archive_mb:g}: it may not travel")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for old in target.parent.glob(target.name + ".tar.gz.*"):
-        old.unlink()
-    size = int(part_mb * 1e6)
-    parts = []
-    for i in range(0, len(packed), size):
-        parts.append(target.parent / f"{target.name}.tar.gz.{i // size:02d}")
-        parts[-1].write_bytes(packed[i:i + size])
-    c.say(f"archive at level {level}: {len(packed) / 1e6:.1f} MB in {len(parts)} part(s) of at most {part_mb:g} MB "
-          f"({', '.join(p.name for p in parts)})")
-    return parts
-
-
-def unpack(prefix: Path, work: Path) -> list[str]:
-    """Unpack an archive's parts (``prefix.tar.gz.00``, ``.01``, ...) into ``work/runs``, checkpoints expanded;
-    returns the runs it held. An archive that is not whole is one line, exit 2."""
-    parts = sorted(prefix.parent.glob(prefix.name + ".tar.gz.*"))
-    if not parts:
-        refuse(f"no archive parts {prefix}.tar.gz.00, ... found")
-    try:
-        data = gzip.decompress(b"".join(p.read_bytes() for p in parts))
-    except (OSError, EOFError) as err:
-        refuse(f"{parts[0].parent}: the archive's {len(parts)} part(s) are not one whole gzip stream ({err})")
-    runs = work / "runs"
-    shutil.rmtree(runs, ignore_errors=True)
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(runs, filter="data")
-    for path in runs.rglob("*.ckpt"):
-        torch.save(expand(torch.load(path, map_location="cpu", weights_only=False)), path)
-    return sorted(p.name for p in runs.iterdir() if p.is_dir())
-
-
 def deliver(c: Campaign, to: Path, part_mb: float, archive_mb: float) -> None:
     """Phase 4: ``results.tar.gz`` (each run's small files, the phases' outputs), ``summary.md``, the archive."""
     to.mkdir(parents=True, exist_ok=True)
@@ -466,31 +344,8 @@ def deliver(c: Campaign, to: Path, part_mb: float, archive_mb: float) -> None:
             last = history[history["round"] == history["round"].max()]
             c.say(f"run {run.name}: {history['round'].max() + 1} rounds, {int(last['steps'].max()):,} env steps a "
                   f"member; last round's train scores {', '.join(f'{s:.2f}' for s in last['score'])}")
-    archive(c, to / "archive", part_mb, archive_mb)
+    archive(c.work, to / "archive", part_mb, archive_mb, c.say)
     (to / "summary.md").write_text("# GPU campaign\n\n" + "\n".join(f"- {line}" for line in c.log) + "\n")
-
-
-RESULTS = ROOT / "docs" / "results" / "procgen_campaign"
-"""Where a campaign's delivery is kept between loans (:func:`collect`): the archive the next loan resumes from, each
-run's small files, one summary per loan."""
-
-
-def collect(delivered: Path, into: Path = RESULTS) -> None:
-    """Lay a delivery into ``into``: the archive's parts (replacing the last loan's), each run's small files, and
-    the loan's summary as ``summary-<date>.md`` (its delivery's time). Committing them is the caller's."""
-    parts = sorted(delivered.glob("archive.tar.gz.*"))
-    if not parts or not (delivered / "results.tar.gz").is_file() or not (delivered / "summary.md").is_file():
-        refuse(f"{delivered} is not a campaign's delivery (archive.tar.gz.NN, results.tar.gz, summary.md)")
-    into.mkdir(parents=True, exist_ok=True)
-    for old in into.glob("archive.tar.gz.*"):
-        old.unlink()
-    for part in parts:
-        shutil.copyfile(part, into / part.name)
-    with tarfile.open(delivered / "results.tar.gz") as tar:
-        tar.extractall(into / "runs", filter="data")
-    stamp = time.strftime("%Y-%m-%d-%H%M", time.gmtime((delivered / "summary.md").stat().st_mtime))
-    shutil.copyfile(delivered / "summary.md", into / f"summary-{stamp}.md")
-    print(f"{delivered} -> {into}: {len(parts)} archive part(s), runs {', '.join(sorted(p.name for p in (into / 'runs').iterdir() if p.is_dir()))}")
 
 
 def main(argv: list[str] | None = None) -> None:
