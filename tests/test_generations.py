@@ -115,12 +115,27 @@ def test_a_kept_off_policy_member_loads_without_the_runs_replay_segments(tmp_pat
 
 def test_the_report_counts_the_members_of_the_last_round(tmp_path: Path) -> None:
     """IPBT's first round trains 8 members for a population of 4: the summary counts the population that ends
-    the run, not every member id the run ever had."""
+    the run, not every member id the run ever had; and it gives the kept answer, from the last round or from
+    a generation a restart ended, whichever scored higher."""
     run = tmp_path / "run"
     run_toy(run, search="IPBT")
     from pbx.report import main as report_main
     assert report_main([str(run)]) == 0
-    assert ", 4 members in the last round," in (RunDir(run).report / "summary.md").read_text()
+    summary = (RunDir(run).report / "summary.md").read_text()
+    assert ", 4 members in the last round," in summary
+    frame = read_csv(RunDir(run).history)
+    kept, ends = member_row(frame, "kept"), generation_ends(frame)
+    assert ends == [22] and int(kept["round"]) == 34  # one restart; the last round's best beat the first generation's
+    assert (f"**Kept answer: train {kept['score']:.4g}, test {kept['test_score']:.4g}** (member "
+            f"{int(kept['member'])} of the last round; the best on train score of the 2 generations' best "
+            "members") in summary
+    best = int(best_rows(frame[frame["round"] == 22]).iloc[0]["member"])
+    raw = pd.read_csv(RunDir(run).history, dtype=str)  # as written, but: the first generation's best scored highest
+    raw.loc[(raw["round"] == "22") & (raw["member"] == str(best)), ["score", "test_score"]] = "1000.0"
+    raw.to_csv(RunDir(run).history, index=False)
+    assert report_main([str(run)]) == 0
+    assert (f"**Kept answer: train 1000, test 1000** (member {best}'s best, kept at the restart after round 23; "
+            in (RunDir(run).report / "summary.md").read_text())
 
 
 def test_an_ipbt_run_ends_with_its_population_when_a_restart_would_take_the_last_round(tmp_path: Path) -> None:

@@ -178,12 +178,13 @@ def test_comparison_table_has_mean_std_of_the_headline_numbers(runs: dict[Path, 
                           "population mean: test", f"best member, mean of last {LAST_K} rounds: train",
                           f"best member, mean of last {LAST_K} rounds: test", "best member, area: train",
                           "best member, area: test", "population mean, area: train", "population mean, area: test",
-                          "steps per member"]
+                          "kept answer: train", "kept answer: test", "steps per member"]
     for search in STRATEGIES:
         heads = [headline_of(rows) for path, rows in runs.items() if f"-{search}-" in path.name]
         cells = table_row(table, search)
         assert cells[1] == "3" and cells[-1] == mean_std_text([ROUNDS * T_READY] * 3)
-        assert cells[2:-1] == [mean_std_text([head[i] for head in heads]) for i in range(10)]
+        assert cells[2:12] == [mean_std_text([head[i] for head in heads]) for i in range(10)]
+        assert cells[12:14] == cells[2:4]  # no restart: the kept answer is the final score
     assert "(2 of 3)" in table_row(table, "PBT")[3]  # PBT seed 0 has no test score
     assert sum(line.startswith("| P") for line in table.splitlines()) == len(STRATEGIES)  # one row each
     assert "no selection on the test set" in table and "Population mean: the mean over all members" in table
@@ -357,7 +358,7 @@ def test_real_toy_run_reports_population_mean_and_last_k_beside_the_best_member(
             f"{pop_area_train}, test {pop_area_test}." in summary)
     assert area_train != k_train  # the toy's scores climb, so the whole run's mean is not the last rounds'
     table = (tmp_path / "out" / "comparison.md").read_text()
-    assert table_row(table, "random")[1:-1] == ["1", *cells]
+    assert table_row(table, "random")[1:-1] == ["1", *cells, train, test]  # no restart: kept is the final score
     assert "mean of last 3 rounds" in table_row(table, "strategy")[6]
     # make_run writes what the runner writes, but for the hyperparameter columns
     make_run(tmp_path / "made", "random", 0)

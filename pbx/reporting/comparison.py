@@ -140,7 +140,8 @@ def _headline_table(study: Study) -> str:
     for game in study.games:
         for label in study.labels:
             heads = [headline(run, study.k) for run in study.cells[label][game]]
-            numbers = np.array([[*h.best, *h.population, *h.last_k, *h.area, *h.population_area] for h in heads])
+            numbers = np.array([[*h.best, *h.population, *h.last_k, *h.area, *h.population_area, *h.kept]
+                                for h in heads])
             steps = np.array([float(run.frame["steps"].max()) for run in study.cells[label][game]])
             rows.append([*([game] if several else []), label, str(len(heads)),
                          *(mean_std(column) for column in numbers.T), mean_std(steps)])
@@ -152,7 +153,7 @@ def _headline_table(study: Study) -> str:
                         f"best member, mean of last {k} rounds: train",
                         f"best member, mean of last {k} rounds: test", "best member, area: train",
                         "best member, area: test", "population mean, area: train", "population mean, area: test",
-                        "steps per member"], rows), "",
+                        "kept answer: train", "kept answer: test", "steps per member"], rows), "",
         FINAL_SCORE_NOTE + " Steps per member: the most env steps a member of the run trained. Raw scores, mean "
         "± sample standard deviation (ddof=1) over runs; "
         "n/a where no run has a score; `(m of n)` where only m runs have one.", "", *_notes(study),

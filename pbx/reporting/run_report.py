@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pbx.history import best_rows
+from pbx.history import best_rows, generation_ends, member_row
 from pbx.reporting.plots import plot_member_scores, plot_schedules
 from pbx.reporting.runs import Run
 from pbx.reporting.scores import FINAL_SCORE_NOTE, LAST_K, headline
@@ -62,10 +62,25 @@ def _run_summary(run: Run, k: int) -> str:
         f"test {fmt(head.last_k[1])}. Over the run, per step trained (the area): best member train "
         f"{fmt(head.area[0])}, test {fmt(head.area[1])}; population mean train {fmt(head.population_area[0])}, "
         f"test {fmt(head.population_area[1])}.", "",
+        *_kept_answer(run),
         markdown_table(header, rows), "",
         "Scores and configs are the members' in the last round. " + FINAL_SCORE_NOTE, "",
         *_category_shares(run),
     ])
+
+
+def _kept_answer(run: Run) -> list[str]:
+    """BG-PBT's and IPBT's answer, where a restart kept a generation's best member (``--member kept`` evaluates
+    it): a restart can drop a generation whose best scored above the final population's. No lines for a run that
+    never restarted, whose kept answer is its final score."""
+    ends = generation_ends(run.results)
+    if not ends:
+        return []
+    kept = member_row(run.results, "kept")
+    where = (f"member {int(kept['member'])}'s best, kept at the restart after round {int(kept['round']) + 1}"
+             if int(kept["round"]) in ends else f"member {int(kept['member'])} of the last round")
+    return [f"**Kept answer: train {fmt(kept['score'])}, test {fmt(kept['test_score'])}** ({where}; the best on "
+            f"train score of the {len(ends) + 1} generations' best members, what `--member kept` evaluates).", ""]
 
 
 def _category_shares(run: Run) -> list[str]:
