@@ -21,7 +21,7 @@ from pbx.members.toys.deceptive import DeceptiveToyMember, DeceptiveToySettings,
 from pbx.schedule import plan_replay
 from pbx.space import Continuous, Space
 from pbx.strategies import FIRE, FIRESettings, RunContext
-from pbx.strategies.fire import Evaluation, Rounds, _overlap
+from pbx.strategies.fire_curves import Evaluation, Rounds, overlap
 
 from conftest import ROOT, kill_after, run_toy, start_train
 
@@ -62,17 +62,17 @@ def test_curves_compare_where_they_reach_the_same_score() -> None:
     fire = _fire()
     slow, fast = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 4.0, 6.0]
     # fast starts where slow was at step 2: compared with slow's 2, 3, 4 it leads by 6 - 4
-    assert fire._score_diff(fast, slow) == 2.0 and fire._score_diff(slow, fast) == -2.0
-    assert fire._binomial(fast, slow) == pytest.approx(0.5)  # 2 of 3 points better: P(X >= 2 | 3) = 1/2
+    assert fire.compare.score_diff(fast, slow) == 2.0 and fire.compare.score_diff(slow, fast) == -2.0
+    assert fire.compare.binomial(fast, slow) == pytest.approx(0.5)  # 2 of 3 points better: P(X >= 2 | 3) = 1/2
     above, below = [10.0, 11.0], [1.0, 2.0]  # never the same score, the same rate: no better, though above
-    assert fire._score_diff(above, below) == 0.0 and fire._binomial(above, below) == 0.0
-    assert fire._score_diff(below, above) == 0.0 and fire._binomial(below, above) == 1.0
+    assert fire.compare.score_diff(above, below) == 0.0 and fire.compare.binomial(above, below) == 0.0
+    assert fire.compare.score_diff(below, above) == 0.0 and fire.compare.binomial(below, above) == 1.0
     # above and faster: shifted down onto the slower curve (PBT-Zoo), it leads by 6 - 3 where they meet at 2
-    assert fire._score_diff([10.0, 14.0, 18.0], [1.0, 2.0, 3.0]) == 3.0
-    assert fire._score_diff([12.0], [1.0, 2.0, 3.0]) == 0.0  # one point above a curve is no rate
-    assert _overlap(np.array([]), np.array(below)) is None and fire._binomial([], below) == 1.0  # all NaN
+    assert fire.compare.score_diff([10.0, 14.0, 18.0], [1.0, 2.0, 3.0]) == 3.0
+    assert fire.compare.score_diff([12.0], [1.0, 2.0, 3.0]) == 0.0  # one point above a curve is no rate
+    assert overlap(np.array([]), np.array(below)) is None and fire.compare.binomial([], below) == 1.0  # all NaN
     # smoothing over 1 round: weights exp(-d^2 / 2) of the distance d in rounds, e.g. 3 e^-2 / (1 + e^-0.5 + e^-2)
-    assert _fire(smoothing=1.0)._smooth([0.0, 0.0, 3.0]).round(3).tolist() == [0.233, 0.822, 1.722]
+    assert _fire(smoothing=1.0).compare.smooth([0.0, 0.0, 3.0]).round(3).tolist() == [0.233, 0.822, 1.722]
 
 
 def test_an_evaluator_that_beats_the_child_hands_it_its_weights() -> None:
