@@ -11,6 +11,10 @@ Row ``(m, r)`` describes member ``m``'s training in round ``r``:
   round, whenever they started (:meth:`pbx.members.Member.recent_score`): the number train-procgen logs as
   ``eprewmean``, to set beside published curves. Selection never reads it (``score`` counts only the
   round's own episodes); NaN for members without episodes (the toys) and for a diverged member;
+- ``start_score``: the train score of the state the member started the round from, taken before it trained
+  (:meth:`pbx.members.Member.score_state`), in a generation's first round (round 0, a restart round) of a
+  strategy that asks for it (:meth:`pbx.strategies.Strategy.scores_start`: BG-PBT's and IPBT's GP learns from
+  the improvement on it); NaN in every other row;
 - one column per hyperparameter: the config used *during* the round;
 - ``parent``: the member whose state ``m`` started the round from (``m`` itself
   unless it copied a donor after round ``r - 1``);
@@ -64,18 +68,19 @@ from pbx.errors import UsageError
 from pbx.files import append_csv, write_csv
 from pbx.space import Categorical, Integer, Space, Value
 
-BASE_COLUMNS = ["member", "round", "steps", "wall_s", "score", "test_score", "score100", "parent", "explored", "role",
-                "carried", "restart"]
+BASE_COLUMNS = ["member", "round", "steps", "wall_s", "score", "test_score", "score100", "start_score", "parent",
+                "explored", "role", "carried", "restart"]
 RESULT_ROLE = "pop1"
 """The role of members whose scores are results: the best member, the report and replays consider these only."""
 EVALUATOR_ROLE = "eval"
 """FIRE's evaluators: they train one sub-population's weights with another's config to compare the two."""
 _ADDED = {"role": ("explored", RESULT_ROLE), "carried": ("role", "False"), "score100": ("test_score", "nan"),
-          "restart": ("carried", "False")}
+          "restart": ("carried", "False"), "start_score": ("score100", "nan")}
 """Columns a later pbx added, for reading older files: the column each follows, and the value every row then had
-(every member was a result; no score was carried; no running mean was kept; no population restarted)."""
+(every member was a result; no score was carried; no running mean was kept; no population restarted; no state
+was scored before its round)."""
 _INT_COLUMNS = ("member", "round", "steps", "parent")
-_FLOAT_COLUMNS = ("wall_s", "score", "test_score", "score100")
+_FLOAT_COLUMNS = ("wall_s", "score", "test_score", "score100", "start_score")
 
 
 @dataclass(frozen=True)
@@ -97,11 +102,13 @@ class Row:
     """The scores taken within the round (:mod:`pbx.curves`), finite ones only."""
     score100: float = math.nan
     restart: bool = False
+    start_score: float = math.nan
 
     def as_record(self, hp_names: Sequence[str]) -> dict[str, object]:
         record: dict[str, object] = {
             "member": self.member, "round": self.round, "steps": self.steps, "wall_s": self.wall_s,
-            "score": self.score, "test_score": self.test_score, "score100": self.score100, "parent": self.parent,
+            "score": self.score, "test_score": self.test_score, "score100": self.score100,
+            "start_score": self.start_score, "parent": self.parent,
             "explored": self.explored, "role": self.role, "carried": self.carried, "restart": self.restart,
         }
         record.update({name: self.config[name] for name in hp_names})

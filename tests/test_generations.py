@@ -153,3 +153,30 @@ def test_a_budget_the_first_population_uses_up_is_refused(search: str, budget: i
     IPBT, x3 for BG-PBT, at t_ready 4) would end the run on the uncut candidates."""
     with pytest.raises(UsageError, match="max_budget .* leaves no round after the first population's"):
         toy_config(search=search, max_budget=budget)
+
+
+def test_each_generations_states_are_scored_before_its_first_round_through_kill_and_two_ranks(tmp_path: Path) -> None:
+    """IPBT (restarting early: ``slow_rounds: 2``) scores each candidate's state once before round 0 and before
+    its restart round, as the reference's eval-only call; the first explore of each generation then asks the GP
+    (``strategy.csv``'s ``gp``). The scores are the same after kill -9 and --resume (the restart's reset is
+    replayed, then scored again) and on two MPI ranks."""
+    config = tmp_path / "ipbt.yaml"
+    config.write_text("run: {env: toy, search: IPBT, seed: 0, pop_size: 4, t_ready: 4, max_budget: 64}\n"
+                      "strategy: {slow_rounds: 2}\n")
+    whole = run_toy(tmp_path / "whole", {"slow_rounds": 2}, search="IPBT", max_budget=64).frame.drop(columns="wall_s")
+    starts = sorted({0, *whole.loc[whole["restart"], "round"]})
+    assert len(starts) == 2 and whole["start_score"].notna().tolist() == whole["round"].isin(starts).tolist()
+    assert whole.loc[whole["round"] == 0, "start_score"].tolist() == pytest.approx([1.2 - 2 * 0.9**2] * 8)
+    reasons = pd.read_csv(tmp_path / "whole" / "strategy.csv")
+    firsts = reasons[reasons["round"].isin(starts) & reasons["explored"]]
+    assert set(firsts["round"]) == set(starts) and all(json.loads(i)["gp"] == 1.0 for i in firsts["info"])
+
+    killed = start_train("--config", str(config), "--run-dir", str(tmp_path / "killed"))
+    kill_after(killed, tmp_path / "killed" / "history.csv", rows=len(whole[whole["round"] < starts[1]]) - 1)
+    resumed = start_train("--resume", str(tmp_path / "killed"))
+    assert resumed.wait(timeout=240) == 0, resumed.stderr.read()
+    pd.testing.assert_frame_equal(read_csv(tmp_path / "killed" / "history.csv").drop(columns="wall_s"), whole)
+
+    mpi = mpiexec("-m", "pbx.train", "--config", str(config), "--run-dir", str(tmp_path / "mpi"))
+    assert mpi.returncode == 0, mpi.stderr
+    pd.testing.assert_frame_equal(history(tmp_path / "mpi"), whole)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
+from pbx.config import RunConfig
 from pbx.history import History, Row, skipped
 from pbx.plan import Plan
 from pbx.strategies.generations import copula
@@ -87,6 +88,44 @@ def test_the_trust_region_pick_is_the_references_perturbation_of_the_donor_and_p
             assert np.all(pick >= 0.8 * donor - 1e-9) and np.all(pick <= np.minimum(1.2 * donor, 1.0) + 1e-9)
     climbed = [p for seed in range(3) for p in _picks("climb", seed)]
     assert any(np.any(pick < 0.8 * donor - 1e-6) or np.any(pick > 1.2 * donor + 1e-6) for donor, pick in climbed)
+
+
+def _generation_start(search: str, pop: int, restart: bool) -> tuple[RunConfig, History]:
+    """A run of ``search`` whose latest round begins a generation: round 0's larger population, or (``restart``)
+    a restart round after a round of ``pop`` members. Each of the round's candidates was scored at 0 before it
+    trained (``start_score``) and rose at a rate peaked at (0.3, 0.7)."""
+    cfg = toy_config(search=search, pop_size=pop, max_budget=10_000)
+    size = cfg.init_size if search == "IPBT" or not restart else pop
+    rng = np.random.default_rng(1)
+    rows = [Row(m, 0, 10, 0.0, 1.0, np.nan, m, False, {"h0": 0.5, "h1": 0.5}) for m in range(pop)] if restart else []
+    r = int(restart)
+    for m in range(size):
+        h0, h1 = rng.uniform(size=2)
+        score = 10 * (1 - (h0 - 0.3) ** 2 - (h1 - 0.7) ** 2)
+        rows.append(Row(m, r, 10 * (r + 1), 0.0, score, np.nan, m % pop if restart else m, restart,
+                        {"h0": float(h0), "h1": float(h1)}, restart=restart, start_score=0.0))
+    return cfg, History(["h0", "h1"]).with_rows(rows)
+
+
+@pytest.mark.parametrize("search, pop", [("IPBT", 4), ("BGPBT", 8)])
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_generations_first_explore_asks_the_gp_on_the_improvement_from_the_scores_before_its_round(
+        search: str, pop: int, restart: bool) -> None:
+    """The reference scores each candidate before a generation's first round (an eval-only call after round 0's
+    init and after a restart's reset) and its first explore fits the GP on the kept members' improvement from
+    there: ``pop`` intervals, the cut's candidates left out. ``first_explore: perturb`` is pbx's earlier rule:
+    no data yet, PBT's perturbation."""
+    cfg, history = _generation_start(search, pop, restart)
+    strategy = cfg.build_strategy()
+    assert strategy.scores_start()
+    explored = [d for d in strategy.decide(history, cfg.space, np.random.default_rng(0)) if d.explored]
+    assert explored and all(d.info["gp"] == 1.0 and d.info["rows"] == pop for d in explored)
+
+    earlier = toy_config({"first_explore": "perturb"}, search=search, pop_size=pop, max_budget=10_000)
+    assert not earlier.build_strategy().scores_start()
+    explored = [d for d in earlier.build_strategy().decide(history, cfg.space, np.random.default_rng(0))
+                if d.explored]
+    assert explored and all(d.info["gp"] == 0.0 for d in explored)
 
 
 def test_the_reference_truncation_rounds_its_quantile_and_copies_tied_donors() -> None:

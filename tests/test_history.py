@@ -39,7 +39,7 @@ def test_a_torn_last_round_is_dropped_on_reopen(tmp_path) -> None:
     log = HistoryLog(path, SPACE, 2)
     log.append([_row(0, 0, 1.0, 0.5), _row(1, 0, 2.0, 0.5)])
     with open(path, "a") as f:  # a kill while round 1 was being written
-        f.write("0,1,8,0.1,1.5,nan,nan,0,False,pop1,False,False,0.5,0.33,crop\n1,1,8,0.")
+        f.write("0,1,8,0.1,1.5,nan,nan,nan,0,False,pop1,False,False,0.5,0.33,crop\n1,1,8,0.")
     reopened = HistoryLog(path, SPACE, 2)
     assert reopened.history.last_round == 0
     reopened.append([_row(0, 1, 3.0, 0.5), _row(1, 1, 4.0, 0.5)])
@@ -92,7 +92,7 @@ def test_a_tear_inside_the_last_field_drops_the_line(tmp_path) -> None:
     log = HistoryLog(path, SPACE, 2)
     log.append([_row(0, 0, 1.0, 0.5), _row(1, 0, 2.0, 0.5)])
     with open(path, "a") as f:  # round 1 cut inside the last field: "crop" -> "cro" and no newline
-        f.write("0,1,8,0.1,1.5,nan,nan,0,False,pop1,False,False,0.5,0.3333333333333333,crop\n1,1,8,0.1,1.5,nan,nan,1,False,pop1,False,False,0.5,0.123456,cro")
+        f.write("0,1,8,0.1,1.5,nan,nan,nan,0,False,pop1,False,False,0.5,0.3333333333333333,crop\n1,1,8,0.1,1.5,nan,nan,nan,1,False,pop1,False,False,0.5,0.123456,cro")
     assert HistoryLog(path, SPACE, 2).history.last_round == 0
 
 
@@ -141,8 +141,8 @@ def test_read_csv_of_a_live_run_leaves_out_the_line_being_written(tmp_path) -> N
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda line: line.rsplit(",", 1)[0], "row 1 has 14 fields, not 15"),
-    (lambda line: line + ",extra", "row 1 has 16 fields, not 15"),
+    (lambda line: line.rsplit(",", 1)[0], "row 1 has 15 fields, not 16"),
+    (lambda line: line + ",extra", "row 1 has 17 fields, not 16"),
     (lambda line: line.replace(",False,", ",Fals,", 1), "explored, carried and restart take True or False, not 'Fals'"),
     (lambda line: line.replace(",crop", ",cro"), "aug takes ['cro'], not among its choices"),
 ])
@@ -176,14 +176,14 @@ def test_an_integer_parameter_reads_back_as_ints_and_stays_int_after_a_resume(tm
 def test_a_fractional_value_of_an_integer_parameter_is_a_damaged_file(tmp_path) -> None:
     space = Space({"n_steps": Integer(250, 15_000)})
     path = tmp_path / "history.csv"
-    path.write_text(",".join(BASE_COLUMNS + ["n_steps"]) + "\n0,0,4,0.0,1.0,nan,nan,0,False,pop1,False,False,512.5\n")
+    path.write_text(",".join(BASE_COLUMNS + ["n_steps"]) + "\n0,0,4,0.0,1.0,nan,nan,nan,0,False,pop1,False,False,512.5\n")
     with pytest.raises(UsageError, match="n_steps is an integer parameter, but takes 512.5"):
         read_csv(path, space)
 
 
 def test_a_history_written_before_a_column_was_added_reads_with_its_value_then(tmp_path) -> None:
-    """Files from before the role, carried and score100 columns read as those runs were: every member a result,
-    no score carried, no running mean kept."""
+    """Files from before the role, carried, score100 and start_score columns read as those runs were: every
+    member a result, no score carried, no running mean kept, no state scored before its round."""
     path = tmp_path / "history.csv"
     old = ["member", "round", "steps", "wall_s", "score", "test_score", "parent", "explored"]
     path.write_text(",".join(old + SPACE.names) + "\n0,0,8,0.1,1.5,2.5,0,False,0.5,0.25,crop\n")
@@ -191,6 +191,7 @@ def test_a_history_written_before_a_column_was_added_reads_with_its_value_then(t
     assert list(frame.columns) == BASE_COLUMNS + SPACE.names
     row = frame.iloc[0]
     assert (row["role"], row["carried"], row["test_score"]) == ("pop1", False, 2.5) and math.isnan(row["score100"])
+    assert math.isnan(row["start_score"])
 
 
 def test_a_skipped_member_that_ties_its_donor_is_not_named_best() -> None:

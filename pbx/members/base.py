@@ -174,6 +174,14 @@ class Member(ABC):
         mixes in episodes of earlier rounds, so it is never what selection reads."""
         return math.nan
 
+    def score_state(self, seed: int) -> float:
+        """The train score of the member's state as it is, without training it (NaN: the member cannot tell,
+        the default): what :meth:`train` would have scored this state on, taken before a generation's first
+        round so that the round's improvement has a start (BG-PBT's and IPBT's GP: the history's
+        ``start_score``). ``seed`` is the round's, the same for every member. Scoring never changes what
+        training does next."""
+        return math.nan
+
     @abstractmethod
     def evaluate(self, seed: int) -> float:
         """Score on held-out conditions (test levels for ProcGen); NaN if the member has none.

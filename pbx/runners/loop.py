@@ -69,6 +69,9 @@ class Trained:
     skipped: bool = False
     """Whether the member did not train in the round, being already at or past its planned end
     (:meth:`pbx.config.RunConfig.steps_due`): its score is carried over from the round before, whatever it was."""
+    start_score: float = float("nan")
+    """The score of the state the member started the round from, taken before it trained, when the round asked
+    for one (:meth:`pbx.members.Member.score_state`); NaN otherwise."""
 
 
 class RunFailed(Exception):
@@ -127,11 +130,12 @@ class Executor(ABC):
         :class:`~pbx.errors.UsageError` naming it."""
 
     @abstractmethod
-    def train_round(self, round_: int, until: int, test_seed: int | None,
+    def train_round(self, round_: int, until: int, test_seed: int | None, start_seed: int | None,
                     advance: Callable[[int], None]) -> list[Trained]:
-        """Train each of this process's members to ``until`` steps in all (the round's planned end; a member
-        already at or past it does not train: :meth:`pbx.config.RunConfig.steps_due`), then score, evaluate
-        (with ``test_seed``, when not None) and durably save it.
+        """Score each of this process's members as it is (with ``start_seed``, when not None:
+        :meth:`pbx.members.Member.score_state`), train it to ``until`` steps in all (the round's planned end; a
+        member already at or past it does not train: :meth:`pbx.config.RunConfig.steps_due`), then score,
+        evaluate (with ``test_seed``, when not None) and durably save it.
 
         ``advance(steps)`` reports progress as members finish. Returns, on the
         coordinator, one entry per member of the whole population in member order
@@ -200,7 +204,8 @@ class RoundLoop:
             self.plan.add(restart, cfg.round_cost(r, restart))
             while True:
                 advance = recorder.console.advance if recorder is not None else _ignore
-                trained = executor.train_round(r, self.plan.end(r), self._test_seed(r), advance)
+                trained = executor.train_round(r, self.plan.end(r), self._test_seed(r), self._start_seed(r, restart),
+                                               advance)
 
                 # Shared only once the round is in the history: from then on its checkpoints are
                 # what a resume starts from, and the older ones can go.
@@ -243,6 +248,14 @@ class RoundLoop:
     def _test_seed(self, r: int) -> int | None:
         """The round's shared evaluation seed when the test score is due (every ``eval_every`` and the last round)."""
         due = (r + 1) % self.cfg.run.eval_every == 0 or self.plan.is_last(r)
+        return eval_seed(self.cfg.run.seed, r) if due else None
+
+    def _start_seed(self, r: int, restart: bool) -> int | None:
+        """The seed each member's state is scored with before round ``r`` trains, or None: only a generation's
+        first round (round 0, a restart round, ``restart``) of a strategy that asks (:meth:`Strategy.scores_start`)
+        is scored, once per member, as the reference BG-PBT and IPBT evaluate each candidate before it trains.
+        A resume that repeats the round scores the same states again with the same seed."""
+        due = (r == 0 or restart) and self.strategy.scores_start()
         return eval_seed(self.cfg.run.seed, r) if due else None
 
     def _restore(self, recorder: RunRecorder | None, last: int, steps: Mapping[int, int]) -> bool:
@@ -296,7 +309,7 @@ class RoundLoop:
             rows.append(Row(member=t.member, round=r, steps=t.steps, wall_s=wall_s, score=score,
                             test_score=t.test_score, parent=parent, explored=explored, config=t.config,
                             role=roles[t.member], carried=carried, curve=t.curve, score100=t.score100,
-                            restart=restart))
+                            restart=restart, start_score=t.start_score))
         return rows
 
     def _decide(self, history: History, r: int) -> list[Decision]:

@@ -199,10 +199,10 @@ class MPIExecutor(Executor):
             self.local.restore(round_, steps)
         self._until = max(steps.values())
 
-    def train_round(self, round_: int, until: int, test_seed: int | None,
+    def train_round(self, round_: int, until: int, test_seed: int | None, start_seed: int | None,
                     advance: Callable[[int], None]) -> list[Trained]:
         with self.together():
-            mine = self.local.train_round(round_, until, test_seed, advance)
+            mine = self.local.train_round(round_, until, test_seed, start_seed, advance)
         gathered = self.comm.gather(mine, root=0)
         if gathered is None:
             return []

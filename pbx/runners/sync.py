@@ -78,15 +78,17 @@ class LocalExecutor(Executor):
                                  f"{steps[i]:,} after round {round_}: the folder is out of step (start a new run)")
         self.current = None
 
-    def train_round(self, round_: int, until: int, test_seed: int | None,
+    def train_round(self, round_: int, until: int, test_seed: int | None, start_seed: int | None,
                     advance: Callable[[int], None]) -> list[Trained]:
-        trained = [self._train_one(i, member, round_, until, test_seed, advance) for i, member in self.members.items()]
+        trained = [self._train_one(i, member, round_, until, test_seed, start_seed, advance)
+                   for i, member in self.members.items()]
         self.current = None
         return trained
 
     def _train_one(self, i: int, member: Member, round_: int, until: int, test_seed: int | None,
-                   advance: Callable[[int], None]) -> Trained:
+                   start_seed: int | None, advance: Callable[[int], None]) -> Trained:
         self.current, before = i, member.steps
+        start_score = finite_or_nan(member.score_state(start_seed)) if start_seed is not None else float("nan")
         # The steps to the round's planned end in whole rollouts, at least one; none for a member already at or
         # past it (a rollout longer than t_ready, or a donor's steps), which skips the round (RunConfig.steps_due).
         steps = self.cfg.steps_due(member.steps, until, member.config)
@@ -112,7 +114,8 @@ class LocalExecutor(Executor):
         test_score = finite_or_nan(member.evaluate(test_seed)) if due else float("nan")
         member.save(self.run_dir.checkpoint(i, round_))
         return Trained(member=i, steps=member.steps, score=score, test_score=test_score, config=member.config,
-                       note=note, diverged=diverged, curve=curve, score100=score100, skipped=skipped)
+                       note=note, diverged=diverged, curve=curve, score100=score100, skipped=skipped,
+                       start_score=start_score)
 
     def apply(self, decisions: Sequence[Decision], round_: int) -> None:
         self.apply_from(decisions, lambda donor: self.run_dir.checkpoint(donor, round_))

@@ -181,6 +181,13 @@ class Strategy(ABC):
         to what is left."""
         return "cut"
 
+    def scores_start(self) -> bool:
+        """Whether the runner scores each member's state before a generation's first round trains (round 0, a
+        restart round: the history's ``start_score``, :meth:`pbx.members.Member.score_state`), one evaluation
+        per member of the round. No by default; BG-PBT's and IPBT's GP learns the first round's improvement
+        from it (:attr:`~pbx.strategies.generations.GenerationalSettings.first_explore`)."""
+        return False
+
     def initial_configs(self, space: Space, pop_size: int, rng: np.random.Generator) -> list[Config]:
         """Each member's starting config (``pop_size``: :meth:`initial_size` members); by default independent
         draws from the prior."""

@@ -61,6 +61,8 @@ TR_COLLAPSES = ("restart", "stay")
 """The values of :attr:`GenerationalSettings.tr_collapse`."""
 EXPLOIT_RULES = ("reference", "selection")
 """The values of :attr:`GenerationalSettings.exploit_rule`."""
+FIRST_EXPLORES = ("gp", "perturb")
+"""The values of :attr:`GenerationalSettings.first_explore`."""
 GLOBAL_DRAWS = 10
 """Random configs a global restart ranks, per member of the first population (the reference's ``10 * n_init``)."""
 GLOBAL_BETA = 1.96
@@ -104,6 +106,14 @@ class GenerationalSettings(PB2Settings):
     ordered as its ascending sort orders them), or ``selection``, the run's ``--selection`` with pbx's guards (only
     a strictly better donor is copied, ``ceil`` of the quantile, ties to the lowest member id). A run whose
     selection is not truncation uses its selection either way."""
+    first_explore: str = "gp"
+    """How a generation's first explore (after round 0, after a restart round) picks: ``gp``, the reference's, by
+    the GP on that round's improvement of the members the cut kept, from the score each had before the round
+    trained (the runner scores every candidate's state once before the round: :meth:`Strategy.scores_start`, as
+    the reference's eval-only call); or ``perturb``, pbx's earlier, no extra evaluation: a generation's data
+    start after its first round, so its first explore perturbs as PBT does (x0.8 / x1.2). A member that cannot
+    score its state (:meth:`pbx.members.Member.score_state` NaN) leaves ``gp`` with no data, and PBT's
+    perturbation."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -113,6 +123,8 @@ class GenerationalSettings(PB2Settings):
             raise UsageError(f"tr_collapse must be one of {', '.join(TR_COLLAPSES)}, got {self.tr_collapse!r}")
         if self.exploit_rule not in EXPLOIT_RULES:
             raise UsageError(f"exploit_rule must be one of {', '.join(EXPLOIT_RULES)}, got {self.exploit_rule!r}")
+        if self.first_explore not in FIRST_EXPLORES:
+            raise UsageError(f"first_explore must be one of {', '.join(FIRST_EXPLORES)}, got {self.first_explore!r}")
         if not 0 < self.tr_min <= self.tr_init <= self.tr_max <= 1:
             raise UsageError(f"the trust region needs 0 < tr_min <= tr_init <= tr_max <= 1, got {self.tr_min}, "
                              f"{self.tr_init}, {self.tr_max}")
@@ -167,6 +179,9 @@ class Generational(PB2):
             raise ValueError(f"{self.name} needs the run's RunContext (its population): build it with "
                              f"RunConfig.build_strategy() or pass context=")
         return self.context.pop_size
+
+    def scores_start(self) -> bool:
+        return self.settings.first_explore == "gp"
 
     def decide(self, history: History, space: Space, rng: np.random.Generator) -> list[Decision]:
         with threadpool_limits(limits=1, user_api="blas"):  # as PB2: one thread, decisions replay bit for bit
@@ -249,9 +264,30 @@ class Generational(PB2):
     # PB2's hooks: the current generation's data, copula targets, UCB at ucb_kappa, the trust region
 
     def observations(self, history: History, space: Space) -> Intervals:
-        data = intervals(history, space, len(history.frame))
-        data = data.where(data.round > self.bo_start(history))
+        """The current generation's (or, after a collapse of the trust region, segment's) last ``window``
+        intervals: its first round's of the members the cut kept, when their states were scored before it
+        (``first_explore: gp``; the reference's data holds the survivors' alone), and every later round's."""
+        data = self.all_intervals(history, space)
+        start = self.bo_start(history)
+        data = data.where((data.round > start) | ((data.round == start) & data.start_scored))
         return data.where(np.arange(len(data.rate)) >= len(data.rate) - self.settings.window)
+
+    def all_intervals(self, history: History, space: Space) -> Intervals:
+        """Every interval of the history but those of the candidates that a larger round's cut (round 0, a
+        restart round) dropped, which have no descendants and the reference never records, and, unless
+        ``first_explore`` is ``gp``, those that start at a score taken before their round."""
+        data = intervals(self.survivors(history), space, len(history.frame))
+        return data if self.scores_start() else data.where(~data.start_scored)
+
+    def survivors(self, history: History) -> History:
+        """``history`` without the rows of the candidates that a larger round's cut dropped."""
+        frame = history.frame
+        dropped = np.zeros(len(frame), dtype=bool)
+        sizes = frame.groupby("round")["member"].transform("count").to_numpy()
+        for r, rows in frame[sizes > self.pop_size].groupby("round"):
+            kept = list(self.cut(rows).values())
+            dropped |= ((frame["round"] == r) & ~frame["member"].isin(kept)).to_numpy()
+        return History(history.hp_names, frame[~dropped], history.curves) if dropped.any() else history
 
     def targets(self, rates: np.ndarray) -> np.ndarray | None:
         return copula(rates)
@@ -393,11 +429,12 @@ class Generational(PB2):
         GP is fit on these points over the continuous hyperparameters alone (time and score held at 0), its prior
         mean their mean, as the reference's learned constant mean.
         """
-        data = intervals(history, space, len(history.frame))
+        data = self.all_intervals(history, space)
         frame = history.frame
         segment = self.segments(frame)  # the reference's n_distills: generations, and trust-region collapses
         of = segment.loc[data.round].to_numpy(int)
-        inside = ~np.isin(data.round, frame.loc[frame["restart"], "round"].unique())  # as :meth:`observations`
+        # as :meth:`observations`: a restart round's intervals only from the scores taken before it
+        inside = ~np.isin(data.round, frame.loc[frame["restart"], "round"].unique()) | data.start_scored
         fitted = []  # (segment, its intervals, their scaled inputs) for each segment with data
         for g in sorted(set(segment)):
             gen = data.where(inside & (of == g))

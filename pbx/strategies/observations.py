@@ -2,7 +2,10 @@
 
 Every finished round of a member from round 1 on is one interval: it started from
 its parent's state at the end of the round before (that row gives the start time
-and score) and ran the member's own config. :func:`intervals` turns the history
+and score) and ran the member's own config. A round whose state was scored before
+it trained (the row's ``start_score``: a generation's first round under BG-PBT and
+IPBT, round 0 included) starts at that score instead: a restart may have re-made
+the weights since the parent's score was taken. :func:`intervals` turns the history
 into these rows; :class:`Intervals` holds them for the GP fit and EXP3's replay
 (:mod:`pbx.strategies.pb2`).
 """
@@ -37,18 +40,22 @@ class Intervals:
     """(n, m) the interval's categorical hyperparameters as choice indices (:func:`categorical.codes`)."""
     explored: np.ndarray
     """(n,) whether the interval's config was chosen by an explore at its start (EXP3's ``drawn`` plays)."""
+    start_scored: np.ndarray
+    """(n,) whether the interval starts at its own row's ``start_score`` (a score taken before the round trained)
+    rather than at its parent's score of the round before."""
 
     def where(self, keep: np.ndarray) -> Intervals:
         """The intervals ``keep`` (a boolean mask) selects."""
         return Intervals(self.t[keep], self.reward[keep], self.unit[keep], self.rate[keep], self.round[keep],
-                         self.cats[keep], self.explored[keep])
+                         self.cats[keep], self.explored[keep], self.start_scored[keep])
 
 
 def intervals(history: History, space: Space, window: int) -> Intervals:
     """The most recent ``window`` intervals with a finite improvement rate (none to or from a carried score).
 
     Row ``(m, r)``, ``r >= 1``, ran with its own config from the end-of-round state
-    of ``(parent, r - 1)``, so that row gives the start time and score.
+    of ``(parent, r - 1)``, so that row gives the start time and score; its own ``start_score``, when it has
+    one, is the start score instead (round 0's rows have no other, and start at 0 steps).
     """
     # A carried score (no episode ended in the round, or the member skipped it: pbx.history) says nothing of the
     # round's improvement: no rate ends at one (a skipped round, no steps, would divide by zero). A skipped
@@ -60,15 +67,19 @@ def intervals(history: History, space: Space, window: int) -> Intervals:
     start = frame[["member", "round", "steps", "start"]].rename(
         columns={"member": "parent", "steps": "t", "start": "before"})
     start["round"] += 1
-    rows = frame[frame["round"] >= 1].drop(columns="start").merge(start, on=["parent", "round"], how="inner")
+    rows = frame.drop(columns="start").merge(start, on=["parent", "round"], how="left")
     rows = rows.sort_values(["round", "member"], kind="stable")
+    scored = rows["start_score"].notna().to_numpy(bool)
+    rows["before"] = rows["before"].where(~scored, rows["start_score"])
+    rows["t"] = rows["t"].where(rows["round"] > 0, 0)
     rate = ((rows["score"] - rows["before"]) / (rows["steps"] - rows["t"])).to_numpy(float)
     unit = unit_columns(rows, space)
     usable = np.flatnonzero(np.isfinite(rate) & np.isfinite(rows["before"].to_numpy(float))
                             & np.all(np.isfinite(unit), 1))[-window:]
     return Intervals(rows["t"].to_numpy(float)[usable], rows["before"].to_numpy(float)[usable],
                      unit[usable], rate[usable], rows["round"].to_numpy(int)[usable],
-                     codes(space, rows, len(rows))[usable], rows["explored"].to_numpy(bool)[usable])
+                     codes(space, rows, len(rows))[usable], rows["explored"].to_numpy(bool)[usable],
+                     scored[usable])
 
 
 def unit_columns(rows: pd.DataFrame, space: Space) -> np.ndarray:

@@ -19,7 +19,7 @@ run_dir = RunDir(folder)
 executor = MPIExecutor(cfg, run_dir, MPI.COMM_WORLD)
 configs = [cfg.space.initial() for _ in range(2)]
 executor.build(dict(enumerate(configs)))
-executor.train_round(0, 32, None, lambda steps: None)
+executor.train_round(0, 32, None, None, lambda steps: None)
 MPI.COMM_WORLD.barrier()  # both checkpoints of round 0 are on disk
 executor.apply([Decision(0, 0, configs[0]), Decision(1, 0, configs[0])], 0)
 if 1 in executor.local.members:

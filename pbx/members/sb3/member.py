@@ -260,15 +260,28 @@ class SB3Member(Checkpointed, SB3Agent):
         episodes that did finish are the short ones, so their mean is no test score.
         """
         s = self.settings
+        deterministic = self.test_deterministic if s.eval_deterministic is None else s.eval_deterministic
+        return self._mean_return(seed, deterministic, train_levels=False, what="test")
+
+    def score_state(self, seed: int) -> float:
+        """Mean return of ``eval_episodes`` finished episodes on the training conditions (ProcGen: the training
+        levels), actions sampled as training samples them: what :meth:`train` scores, of the policy as it is.
+        Forked RNGs and a fresh env, as :meth:`evaluate`: training is untouched; NaN as there."""
+        return self._mean_return(seed, False, train_levels=True, what="start")
+
+    def _mean_return(self, seed: int, deterministic: bool, *, train_levels: bool, what: str) -> float:
+        """The mean return of ``eval_episodes`` episodes played from ``seed`` (:meth:`play`), or NaN: none asked
+        for, non-finite weights, or ``eval_max_steps`` reached first (with a warning naming ``what`` score)."""
+        s = self.settings
         if s.eval_episodes == 0 or not self._finite():
             return math.nan
-        deterministic = self.test_deterministic if s.eval_deterministic is None else s.eval_deterministic
-        played = self.play(seed, s.eval_episodes, deterministic=deterministic, n_envs=s.eval_n_envs)
+        played = self.play(seed, s.eval_episodes, deterministic=deterministic, train_levels=train_levels,
+                           n_envs=s.eval_n_envs)
         if not played.complete:
             warnings.warn(f"member {self.context.index}: evaluation stopped at eval_max_steps={s.eval_max_steps:,} "
-                          f"vector steps with {len(played.returns)} of {s.eval_episodes} test episodes finished, so "
-                          f"its test score is NaN; raise eval_max_steps or give {self.context.env} a time limit",
-                          stacklevel=2)
+                          f"vector steps with {len(played.returns)} of {s.eval_episodes} {what} episodes finished, "
+                          f"so its {what} score is NaN; raise eval_max_steps or give {self.context.env} a time limit",
+                          stacklevel=3)
             return math.nan
         return float(np.mean(played.returns))
 

@@ -107,6 +107,9 @@ class DeceptiveToyMember(Member):
     def curve(self) -> list[tuple[int, float]]:
         return list(self._curve)
 
+    def score_state(self, seed: int) -> float:
+        return self.evaluate(seed)  # what train scores: Q of theta
+
     def evaluate(self, seed: int) -> float:
         return 1.2 - self.theta**2  # no held-out conditions: the test score is Q itself
 

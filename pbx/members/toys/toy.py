@@ -106,6 +106,9 @@ class ToyMember(Member):
     def curve(self) -> list[tuple[int, float]]:
         return list(self._curve)
 
+    def score_state(self, seed: int) -> float:
+        return true_objective(self.theta)  # what train scores: Q of theta
+
     def evaluate(self, seed: int) -> float:
         return true_objective(self.theta)  # the toy has no held-out conditions: its test score is Q itself
 
