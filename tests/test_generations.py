@@ -21,7 +21,6 @@ from pbx.history import Row, best_rows, generation_ends, member_row, read_csv
 from pbx.members import MemberContext, algo_class
 from pbx.run_dir import RunDir
 from pbx.strategies.generations import copula
-from pbx.strategies.ipbt import smoothed, stagnated
 from pbx.train import main as train_main
 from conftest import kill_after, run_toy, start_train, toy_config
 from test_mpi import history, mpiexec, train

@@ -5,9 +5,9 @@ hard to choose for a new task. IPBT starts with a short one and watches the
 population for stagnation; when it stagnates, IPBT restarts with a step
 ``step_factor`` times longer, reusing what it learned:
 
-- **stagnation** (the reference's ``previous-smoothed-or-slow``): the best score of
-  each round of the current generation, z-scored over the generation and smoothed
-  by a GP (Matern-5/2 with noise); a round *fails* when the smoothed value did not
+- **stagnation** (the reference's ``previous-smoothed-or-slow``, :mod:`pbx.strategies.stagnation`): the best
+  score of each round of the current generation, z-scored over the generation and smoothed by the reference's
+  sparse variational GP (Matern-5/2 with noise, 50 Adam steps); a round *fails* when the smoothed value did not
   rise from the round before. ``patience`` (3) failures in a row restart, and so
   does one round in which the last ``slow_rounds - 1`` (14) rounds raised the best
   z-score by less than 1 (once the generation has ``slow_rounds`` rounds);
@@ -33,11 +33,9 @@ Departures from the reference are listed in docs/algorithms.md.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import linalg
 
 from pbx.errors import UsageError
 from pbx.history import History, rank_best_first, restart_marks
@@ -45,13 +43,8 @@ from pbx.space import Space
 from pbx.strategies.base import Decision, WeightReset
 from pbx.strategies.generations import Generational, GenerationalSettings, generation_start
 from pbx.strategies.selection import Truncation
+from pbx.strategies.stagnation import SMOOTHERS, stagnated
 
-LENGTHSCALES = (0.2, 0.4, 0.8, 1.6)
-NOISES = (1e-2, 0.1, 0.3, 1.0)
-"""The grid the stagnation GP's lengthscale and noise are chosen on by marginal likelihood (the z-scores have
-unit variance, so the kernel's is 1): a fixed grid, so the choice replays exactly. Its shortest lengthscale is a
-fifth of the generation, so the GP smooths round-to-round noise instead of passing through every point (which a
-free fit prefers on a zigzag of 8 rounds; then "did the smoothed best rise" would read the raw scores)."""
 OPTIMIZER_STATES = ("keep", "clear")
 """The values of :attr:`IPBTSettings.optimizer_state`."""
 
@@ -78,6 +71,11 @@ class IPBTSettings(GenerationalSettings):
     """How the plan meets the budget's end: ``halves``, the reference's (``algo/ipbt.py`` ``adjust_step_size``),
     what is left when less than two rounds remain and it is not a whole number of rounds is split into two
     rounds; ``cut``, pbx's, a short last round."""
+    smoother: str = "reference"
+    """How the stagnation rule smooths the rounds' bests (:mod:`pbx.strategies.stagnation`): ``reference``, the
+    authors' sparse variational GP after their 50 Adam steps; ``grid``, pbx's earlier exact GP with lengthscale and
+    noise chosen on a fixed grid, whose shortest lengthscale (a fifth of the generation) keeps it a smoother where
+    the reference's short fit can nearly interpolate a noisy generation."""
     optimizer_state: str = "keep"
     """What a restart does to the candidates' optimizer state (Adam's moments): ``keep``, the reference's (it
     shrinks or re-initialises only the checkpoint's ``model_state_dict``), or ``clear``, pbx's earlier restart,
@@ -91,6 +89,8 @@ class IPBTSettings(GenerationalSettings):
             raise UsageError(f"slow_rounds must be an integer >= 2, got {self.slow_rounds!r}")
         if self.last_rounds not in ("halves", "cut"):
             raise UsageError(f"last_rounds must be one of halves, cut, got {self.last_rounds!r}")
+        if self.smoother not in SMOOTHERS:
+            raise UsageError(f"smoother must be one of {', '.join(SMOOTHERS)}, got {self.smoother!r}")
         if self.optimizer_state not in OPTIMIZER_STATES:
             raise UsageError(f"optimizer_state must be one of {', '.join(OPTIMIZER_STATES)}, "
                              f"got {self.optimizer_state!r}")
@@ -138,7 +138,7 @@ class IPBT(Generational):
         bests = rows.groupby("round", sort=True)["score"].max().to_numpy(float)
         fails = 0
         for end in range(1, len(bests) + 1):
-            failed, slow = stagnated(bests[:end], self.settings.slow_rounds)
+            failed, slow = stagnated(bests[:end], self.settings.slow_rounds, self.settings.smoother)
             fails = self.settings.patience if slow else fails + 1 if failed else 0
         return fails >= self.settings.patience
 
@@ -185,42 +185,3 @@ def late(ends: list[int], step_factor: float, max_budget: int) -> bool:
     """
     starts = [0, *ends[:-1]]
     return any(end + 2 * step_factor * (end - start) > max_budget for start, end in zip(starts, ends))
-
-
-def stagnated(bests: np.ndarray, slow_rounds: int) -> tuple[bool, bool]:
-    """Whether the generation's round bests ``bests`` (oldest first) failed to rise in the last round, and
-    whether that is the slow rule's (which restarts at once)."""
-    finite = bests[np.isfinite(bests)]
-    if len(finite) <= 1:
-        return False, False
-    spread = float(np.std(finite, ddof=1))
-    if not spread > 0:
-        return True, False  # flat: nothing rose
-    z = (finite - finite.mean()) / spread
-    if len(z) >= slow_rounds and z.max() - z[:-(slow_rounds - 1)].max() < 1:
-        return True, True
-    smooth = smoothed(z)
-    return not smooth[-1] > smooth[-2], False
-
-
-def smoothed(z: np.ndarray) -> np.ndarray:
-    """The posterior mean at each point of a GP on ``z`` over evenly spaced inputs in [0, 1] (Matern-5/2 of
-    unit variance plus noise, lengthscale and noise the grid's (:data:`LENGTHSCALES`, :data:`NOISES`) best by
-    marginal likelihood)."""
-    x = np.linspace(0.0, 1.0, len(z))
-    best = None
-    for lengthscale in LENGTHSCALES:
-        K = matern52(x, lengthscale)
-        for noise in NOISES:
-            L = linalg.cholesky(K + noise * np.eye(len(z)), lower=True)
-            alpha = linalg.cho_solve((L, True), z)
-            fit = -0.5 * float(z @ alpha) - float(np.log(np.diag(L)).sum())
-            if best is None or fit > best[0]:
-                best = (fit, K, alpha)
-    assert best is not None
-    return best[1] @ best[2]
-
-
-def matern52(x: np.ndarray, lengthscale: float) -> np.ndarray:
-    r = np.abs(x[:, None] - x[None, :]) * math.sqrt(5) / lengthscale
-    return (1 + r + r * r / 3) * np.exp(-r)
