@@ -213,6 +213,24 @@ class Member(ABC):
         raises :class:`~pbx.errors.UsageError` naming it.
         """
 
+    def load_experience(self, path: Path) -> None:
+        """After :meth:`load` of a donor's checkpoint ``path`` (``own=False``), take the experience the donor
+        learns from besides its learner (an off-policy agent's replay buffer) as this member's own.
+
+        The runner calls it for a member built to take a donor's place (an IPBT restart's candidate past
+        ``pop_size``), which has no experience of its own: it starts at the donor's step count, past any
+        warm-up, beside candidates that go on from their members with theirs, and the cut ranks them together,
+        so it starts with the data the donor collected, as the reference's candidate is a copy of the donor's
+        whole checkpoint file. An exploit's recipient keeps its own (``copy_buffer`` aside). By default nothing:
+        a member that learns only from what it collects within a round has no such experience.
+        """
+
+    @classmethod
+    def experience_files(cls, path: Path) -> list[Path]:
+        """The files beside the checkpoint ``path`` that :meth:`load_experience` of it reads (the MPI runner sends
+        them with the checkpoint to a rank that builds such a member); none by default."""
+        return []
+
     resets_weights: ClassVar[bool] = False
     """Whether :meth:`reset_weights` is there (strategies that restart the population need it: IPBT)."""
 

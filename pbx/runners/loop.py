@@ -145,7 +145,8 @@ class Executor(ABC):
     @abstractmethod
     def apply(self, decisions: Sequence[Decision], round_: int) -> None:
         """Carry out the decisions taken after ``round_``: build a member the decisions name that this process
-        does not hold (a restart's candidate), copy donors' checkpoints, reset weights, apply configs."""
+        does not hold (a restart's candidate), copy donors' checkpoints (into a member so built, with the donor's
+        experience: :meth:`pbx.members.Member.load_experience`), reset weights, apply configs."""
 
     @abstractmethod
     def close(self) -> None:

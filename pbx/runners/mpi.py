@@ -9,7 +9,10 @@ the history, takes the decisions with the run's generator (the GP and EXP3 are
 computed once, not on every rank) and broadcasts them, so the history is the
 synchronous runner's for the same seed. A recipient on another rank than its
 donor gets the donor's checkpoint bytes over MPI, from memory, never through a
-shared file system (clusters often have none that is fast):
+shared file system (clusters often have none that is fast), and a member built
+for the round (a restart's candidate) the files of the donor's experience with
+them (:meth:`~pbx.members.Member.experience_files`: an off-policy member's
+replay segments):
 
 - ``p2p`` (default): the donor's rank sends to each rank holding one of its
   recipients; only the pairs that copy communicate.
@@ -41,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import pickle
 import sys
 import tempfile
 import time
@@ -162,6 +166,8 @@ class MPIExecutor(Executor):
                                    local_rank=node.Get_rank())
         self._until = 0
         """The planned end of the last round trained or restored (the progress bar's count of other ranks')."""
+        self.population: set[int] = set()
+        """The members of the round trained last, on every rank: a decision naming another one builds it."""
         node.Free()
         self.coordinator = self.rank == 0
 
@@ -190,9 +196,11 @@ class MPIExecutor(Executor):
         with self.together():
             self.run_dir.checkpoints.mkdir(parents=True, exist_ok=True)  # a rank on another machine makes its own
             self.local.build(configs)
+        self.population = set(configs)
 
     def retain(self, members: Collection[int]) -> None:
         self.local.retain(members)
+        self.population = set(members)
 
     def restore(self, round_: int, steps: Mapping[int, int]) -> None:
         with self.together():
@@ -212,25 +220,37 @@ class MPIExecutor(Executor):
         return sorted(mine + others, key=lambda t: t.member)
 
     def apply(self, decisions: Sequence[Decision], round_: int) -> None:
-        pairs = sorted({(d.donor, self.owner(d.member)) for d in decisions
-                        if d.copies and self.owner(d.donor) != self.owner(d.member)})
+        crossing = [d for d in decisions if d.copies and self.owner(d.donor) != self.owner(d.member)]
+        pairs = sorted({(d.donor, self.owner(d.member)) for d in crossing})
+        # a member built for the round takes its donor's experience too (LocalExecutor.apply_from)
+        experience = {d.donor for d in crossing if d.member not in self.population}
         with self.together():  # read before any exchange: a rank that cannot send must not leave others waiting
-            outgoing = {donor: self.run_dir.checkpoint(donor, round_).read_bytes()
-                        for donor, _ in pairs if self.owner(donor) == self.rank}
+            outgoing = {donor: self._files(donor, round_, donor in experience)
+                        for donor in {donor for donor, _ in pairs} if self.owner(donor) == self.rank}
         received = self._broadcast(pairs, outgoing) if self.cfg.run.comm == "collective" \
             else self._point_to_point(pairs, outgoing)
         with self.together(), tempfile.TemporaryDirectory(prefix="pbx-recv-") as tmp:
-            for donor, data in received.items():
-                (Path(tmp) / f"member_{donor}.ckpt").write_bytes(data)
+            for data in received.values():
+                for name, content in pickle.loads(data).items():
+                    (Path(tmp) / name).write_bytes(content)
 
             def donor_file(donor: int) -> Path:
-                own = self.owner(donor) == self.rank
-                return self.run_dir.checkpoint(donor, round_) if own else Path(tmp) / f"member_{donor}.ckpt"
+                path = self.run_dir.checkpoint(donor, round_)
+                return path if self.owner(donor) == self.rank else Path(tmp) / path.name
 
             self.local.apply_from(decisions, donor_file)
 
     def close(self) -> None:
         self.local.close()
+
+    def _files(self, donor: int, round_: int, experience: bool) -> bytes:
+        """What travels of ``donor`` after ``round_``: its checkpoint and, with ``experience`` (a member built for
+        the round copies it), the files its experience is kept in beside it, as one message of file names to
+        bytes (the names stay: a checkpoint lists its files by name). The files go to every rank the donor
+        sends to, built member there or not: only a restart builds members, and most of its copies are into them."""
+        path = self.run_dir.checkpoint(donor, round_)
+        files = [path, *(self.cfg.member_cls.experience_files(path) if experience else ())]
+        return pickle.dumps({f.name: f.read_bytes() for f in files}, protocol=pickle.HIGHEST_PROTOCOL)
 
     def _point_to_point(self, pairs: list[tuple[int, int]], outgoing: Mapping[int, bytes]) -> dict[int, bytes]:
         """Send this rank's donors' checkpoints (``outgoing``) to each (donor, rank) pair that needs one; return

@@ -126,11 +126,15 @@ class LocalExecutor(Executor):
         for d in decisions:
             if d.member not in self.indices:
                 continue
-            # a restart's candidate past pop_size is built for the round, then takes its donor's state
-            member = self.members[d.member] if d.member in self.members else self._build(d.member, d.config)
+            # a restart's candidate past pop_size is built for the round, then takes its donor's state, and with no
+            # experience of its own, the donor's (an off-policy member's replay buffer: Member.load_experience)
+            built = d.member not in self.members
+            member = self._build(d.member, d.config) if built else self.members[d.member]
             self.current = d.member
             if d.copies:
                 member.load(donor_file(d.donor), own=False)
+                if built:
+                    member.load_experience(donor_file(d.donor))
             if d.reset is not None:
                 # the keyword only when set: a member written to the documented four-argument form still restarts
                 extra = {"clear_optimizer": True} if d.reset.clear_optimizer else {}

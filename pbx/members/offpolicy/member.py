@@ -7,7 +7,10 @@ own experience, like its envs, and a copy would move the largest part of a membe
 for a million BipedalWalker transitions) between ranks at each exploit; RLlib under Ray
 Tune's PBT does the same unless ``store_buffer_in_checkpoints`` is set (``docs/agents.md``).
 With ``copy_buffer: true`` the checkpoint holds the whole buffer and an exploit takes the
-donor's.
+donor's. A member built to take a donor's place (an IPBT restart's candidate past ``pop_size``)
+has no experience of its own, and takes the donor's buffer whatever ``copy_buffer`` says
+(:meth:`OffPolicyMember.load_experience`): it starts at the donor's step count, past
+``learning_starts``, and is ranked against candidates that keep their full buffers.
 
 Counting is the member's own, across rounds and resumes: SB3's ``learn`` compares
 ``learning_starts`` with ``num_timesteps``, which a member carries on (and restores), and
@@ -48,6 +51,7 @@ from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 from pbx.errors import UsageError
 from pbx.members.base import Diverged, MemberContext
 from pbx.members.offpolicy.replay_store import CountingReplayBuffer, ReplayStore, set_whole, whole
+from pbx.members.sb3.checkpoint import read_checkpoint
 from pbx.members.sb3.member import SB3Member
 from pbx.members.sb3.process import members_on_this_machine
 from pbx.members.sb3.settings import SB3Settings
@@ -173,15 +177,30 @@ class OffPolicyMember(SB3Member):
         if self.settings.copy_buffer:
             self._load_buffer(state, path)
 
-    def _load_buffer(self, state: dict[str, Any], path: Path) -> None:
+    def load_experience(self, path: Path) -> None:
+        """The donor's replay buffer as this member's own (:meth:`Member.load_experience`); with ``copy_buffer``
+        the copy of the learner took it already."""
+        if self._store is not None:
+            self._load_buffer(read_checkpoint(path, ("replay",), self.algo), path, own=False)
+
+    @classmethod
+    def experience_files(cls, path: Path) -> list[Path]:
+        """The replay segments the checkpoint ``path`` lists (none with ``copy_buffer``: it holds the buffer)."""
+        entry = read_checkpoint(path, ("replay",), cls.algo)["replay"]
+        return [path.parent / name for name, _, _ in entry.get("segments", ())]
+
+    def _load_buffer(self, state: dict[str, Any], path: Path, own: bool = True) -> None:
+        """The buffer a checkpoint ``path`` of this member (``own``) or of another one lists."""
         entry = state["replay"]
         if ("segments" in entry) != (self._store is not None):
             raise UsageError(f"{path} was written with copy_buffer {self._store is not None}, this run's settings "
                              f"say {self.settings.copy_buffer}; the run folder does not match its config.yaml")
         if self._store is None:
             set_whole(self.model.replay_buffer, entry, path)
-        else:
+        elif own:
             self._store.load(path, entry)
+        else:
+            self._store.take(path, entry)
 
 
 def _available_memory() -> int:

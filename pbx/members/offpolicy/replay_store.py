@@ -133,13 +133,25 @@ class ReplayStore:
         would rebuild is not the one the checkpoint was saved with, and a run resumed on another buffer would
         no longer continue bit for bit, so nothing is guessed.
         """
+        self._fill(path, entry)
+        self.segments = self.before = [tuple(s) for s in entry["segments"]]  # type: ignore[misc]
+        self.number = entry["number"]
+        self.saved_at = self.buffer.added
+
+    def take(self, path: Path, entry: dict[str, Any]) -> None:
+        """Rebuild the buffer from another member's checkpoint at ``path`` (its :meth:`save` entry), as this
+        member's own rows: the next save writes the whole buffer into a segment of this member's, so its
+        checkpoints never list the other member's files, which that member deletes as it goes and which may be on
+        another machine (the MPI runner sends them into a temporary folder). Damage is :meth:`load`'s error."""
+        self._fill(path, entry)
+        self.segments = self.before = []
+        self.saved_at = self.buffer.added - (self.buffer.buffer_size if self.buffer.full else self.buffer.pos)
+
+    def _fill(self, path: Path, entry: dict[str, Any]) -> None:
         buffer = self.buffer
         for name, start, count in entry["segments"]:
             put_rows(buffer, start, _read_segment(path.parent / name, path, buffer, count))
         buffer.pos, buffer.full = entry["pos"], entry["full"]
-        self.segments = self.before = [tuple(s) for s in entry["segments"]]  # type: ignore[misc]
-        self.number = entry["number"]
-        self.saved_at = buffer.added
 
 
 def _read_segment(file: Path, path: Path, buffer: ReplayBuffer, count: int) -> dict[str, np.ndarray]:
