@@ -316,12 +316,12 @@ def progress(path: Path) -> Progress | None:
     if stored is None or stored.run.t_ready is None or stored.run.max_budget is None:
         raise UsageError(f"{folder.config}: not a pbx run config")
     if not folder.history.is_file():
-        return Progress(0, stored.plan([]).rounds_estimate())
-    frame = complete_rounds(read_csv(folder.history), stored.run.pop_size, str(folder.history), stored.sizes())
+        return Progress(0, stored.rules.plan([]).rounds_estimate())
+    frame = complete_rounds(read_csv(folder.history), stored.run.pop_size, str(folder.history), stored.rules.size)
     if frame.empty:
-        return Progress(0, stored.plan([]).rounds_estimate())
+        return Progress(0, stored.rules.plan([]).rounds_estimate())
     best = best_rows(frame).iloc[-1]
-    plan = stored.plan(restart_marks(frame))
+    plan = stored.rules.plan(restart_marks(frame))
     return Progress(int(frame["round"].nunique()), plan.rounds_estimate(), float(best["score"]),
                     float(best["test_score"]))
 

@@ -20,20 +20,21 @@ def start_line(cfg: RunConfig, run_dir: RunDir, ranks: int = 1, resumed: bool = 
     where = f" on {ranks} MPI ranks ({run.comm})" if ranks > 1 else ""
     # BG-PBT's and IPBT's larger first population takes more than one round of the budget
     marks = restart_marks(complete_rounds(read_csv(run_dir.history, cfg.space), run.pop_size, str(run_dir.history),
-                                          cfg.round_size)) if resumed else []
-    rounds = len(cfg.planned(marks).ends)
+                                          cfg.rules.size)) if resumed else []
+    plan = cfg.rules.planned(marks)
     line = (f"pbx: {run.search} on {run.env}, {cfg.member_cls.describe(cfg.member)} over {cfg.space_source} "
             f"({', '.join(cfg.space.names)}), {counted(run.pop_size, 'member')}{where} x {run.max_budget:,} steps "
-            f"({rounds} rounds of {run.t_ready:,}), seed {run.seed} -> {run_dir.path}")
-    if cfg.init_size > run.pop_size or cfg.strategy_cls.round_length(cfg.strategy, run.t_ready or 0, 1) != run.t_ready:
+            f"({plan.rounds} rounds of {run.t_ready:,}), seed {run.seed} -> {run_dir.path}")
+    if cfg.init_size > run.pop_size or plan.rules.nominal_length(1) != run.t_ready:
         line += (f"\nnote: {run.search} trains {cfg.init_size} members in round 0, which takes "
-                 f"{cfg.round_cost(0, False):g} rounds of the budget (the best {run.pop_size} go on), and restarts a "
-                 f"stagnant population (history.csv's restart column), which may lengthen the rounds after it")
-    trained = [cfg.trained_steps(r) for r in range(run.rounds)]
-    if trained != [cfg.round_steps(r) for r in range(run.rounds)]:
+                 f"{cfg.init_size / run.pop_size:g} rounds of the budget (the best {run.pop_size} go on), and "
+                 f"restarts a stagnant population (history.csv's restart column), which may lengthen the rounds "
+                 f"after it")
+    trained = [plan.trained_steps(r) for r in range(plan.rounds)]
+    if trained != plan.nominal_steps:
         last = f" ({trained[-1]:,} in the last)" if trained[-1] != trained[0] else ""
         line += (f"\nnote: t_ready or max_budget is not whole rollouts: each member really trains "
-                 f"{trained[0]:,} steps per round{last}, {cfg.total_steps():,} in total")
+                 f"{trained[0]:,} steps per round{last}, {plan.trained_ends[-1]:,} in total")
     restart = cfg.member_cls.resume_note(run.env) if resumed else ""
     if restart:
         line += f"\nnote: {restart}"
