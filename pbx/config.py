@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -32,7 +33,7 @@ from pbx.files import durable_write
 from pbx.fingerprint import PROVENANCE, run_record
 from pbx.settings import RunSettings, build, field_names, parse_override
 from pbx.history import RESULT_ROLE
-from pbx.plan import Plan
+from pbx.plan import Rules
 from pbx.members import Member, MemberSettings, member_class, space_file
 from pbx.space import Config, Space
 from pbx.strategies import (ExploitExplore, ExploitRules, RunContext, Selection, Strategy, StrategySettings,
@@ -61,29 +62,19 @@ class RunConfig:
     versions), written as config.yaml's ``pbx`` section: :func:`resolve` gives this process's, a resume the
     stored record (None: a folder written before pbx recorded itself)."""
 
-    def round_steps(self, round_: int) -> int:
-        """Steps each member is asked to train in ``round_`` (the last round takes the rest of the budget)."""
-        assert self.run.t_ready is not None and self.run.max_budget is not None  # filled in by resolve()
-        return min(self.run.t_ready, self.run.max_budget - round_ * self.run.t_ready)
-
-    def trained_steps(self, round_: int) -> int:
-        """Steps each member really trains in ``round_``: :meth:`round_steps` as the member rounds them (PPO: to
-        whole rollouts; a searched rollout length rounds each member's own, see :meth:`round_end`)."""
-        return self.member_cls.round_steps(self.member, self.round_steps(round_), self.space)
-
-    def round_end(self, round_: int) -> int:
-        """The steps every member has trained, by plan, at the end of ``round_``.
-
-        Each member trains to this count, not a fixed number of steps per round (:meth:`steps_due`): a member
-        whose rollout length a search changes ends each round near the plan in whole rollouts of its own,
-        instead of drifting apart from the others (the history records each one's steps).
-        """
-        return sum(self.trained_steps(r) for r in range(round_ + 1))
+    @cached_property
+    def rules(self) -> Rules:
+        """What fixes the rounds (:mod:`pbx.plan`): the budget, the strategy's round lengths and sizes, and the
+        chunk the member trains whole, read once from the settings. The history's restart marks give the plan:
+        ``rules.plan(marks)`` for the rounds it holds, ``rules.planned(marks)`` for the whole run as far as it is
+        known (a BG-PBT or IPBT run's larger first round takes more of the budget, so it has fewer rounds than
+        ``max_budget / t_ready``)."""
+        return rules(self.run, self.strategy_cls, self.strategy, self.member_cls.plan_chunk(self.member, self.space))
 
     def steps_due(self, steps: int, until: int, config: Config) -> int:
         """The env steps a member at ``steps`` with ``config`` trains in a round whose planned end is ``until``
-        (:meth:`round_end`): whole chunks (PPO: rollouts) to the boundary nearest ``until``, at least one; none,
-        so that the member skips the round, when it is already at or past ``until``.
+        (:meth:`pbx.plan.Plan.trained_end`): whole chunks (PPO: rollouts) to the boundary nearest ``until``, at
+        least one; none, so that the member skips the round, when it is already at or past ``until``.
 
         The chunk at least is what SB3 can train, but given to a member already at the plan it ends the member
         a whole chunk past it: a rollout longer than ``t_ready`` (the PB2 paper's space allows 60,000 steps
@@ -98,35 +89,6 @@ class RunConfig:
         left = until - steps
         return self.member_cls.steps_trained(self.member, config, left) if left > 0 else 0
 
-    def total_steps(self) -> int:
-        """Steps each member really trains over the run (a run that never restarts; :meth:`plan` otherwise)."""
-        return sum(self.trained_steps(r) for r in range(self.run.rounds))
-
-    def plan(self, restart_marks: Sequence[bool] = ()) -> Plan:
-        """The rounds' plan with a round for each of ``restart_marks`` (the history's, oldest first): each
-        round's length by the strategy's rule, as the member trains it, and its cost (:mod:`pbx.plan`)."""
-        plan = Plan(self.run.max_budget,
-                    lambda restarts: self.strategy_cls.round_length(self.strategy, self.run.t_ready, restarts),
-                    lambda steps: self.member_cls.round_steps(self.member, steps, self.space),
-                    tail=self.strategy_cls.last_rounds(self.strategy))
-        return plan.extend(restart_marks, [self.round_cost(r, m) for r, m in enumerate(restart_marks)])
-
-    def planned(self, restart_marks: Sequence[bool] = ()) -> Plan:
-        """:meth:`plan` of the history's rounds carried on to ``max_budget`` with rounds that do not restart: the
-        whole run as far as it is known (exact for a run that never restarts, and for a finished one). A larger
-        first population's round takes more of the budget (:mod:`pbx.plan`), so a BG-PBT or IPBT run has fewer
-        rounds than ``max_budget / t_ready``."""
-        plan = self.plan(restart_marks)
-        while not plan.done:
-            plan.add(False, self.round_cost(len(plan.ends), False))
-        return plan
-
-    def member_steps(self, plan: Plan) -> int:
-        """Env steps ``plan``'s rounds train over all their members (a larger first or restart round's
-        candidates included): a progress bar's total."""
-        marks = [plan.restarts[r] > (plan.restarts[r - 1] if r else 0) for r in range(len(plan.ends))]
-        return sum(self.round_size(r, restart) * plan.trained_steps(r) for r, restart in enumerate(marks))
-
     @property
     def init_size(self) -> int:
         """Members the run starts with (:meth:`pbx.strategies.Strategy.initial_size`)."""
@@ -135,22 +97,13 @@ class RunConfig:
     @property
     def most_members(self) -> int:
         """The most members any round trains: ids ``0 .. most_members - 1`` (a larger first or restart round)."""
-        return max(self.init_size, self.round_size(1, True), self.run.pop_size)
-
-    def round_size(self, round_: int, restart: bool) -> int:
-        """Members round ``round_`` trains (the history's rows of it): :attr:`init_size` in round 0, the
-        strategy's :meth:`~pbx.strategies.Strategy.restart_size` in a restart round, else ``pop_size``."""
-        return round_sizes(self.strategy_cls, self.strategy, self.run.pop_size)(round_, restart)
-
-    def round_cost(self, round_: int, restart: bool) -> float:
-        """What round ``round_`` takes of the budget per member of the population (:mod:`pbx.plan`)."""
-        return self.round_size(round_, restart) / self.run.pop_size
+        return max(self.init_size, self.rules.size(1, True), self.run.pop_size)
 
     def build_strategy(self) -> Strategy:
         """The run's strategy, told the run's planned length, population and roles (EXP3's rates, FIRE)."""
         return self.strategy_cls(self.strategy, selection(self.run),
-                                 RunContext(rounds=self.run.rounds, pop_size=self.run.pop_size, roles=self.roles(),
-                                            t_ready=self.run.t_ready or 0, plan=self.plan))
+                                 RunContext(rounds=self.rules.fixed_rounds, pop_size=self.run.pop_size,
+                                            roles=self.roles(), rules=self.rules))
 
     def roles(self) -> tuple[str, ...]:
         """Each member's role, as the history records it (:meth:`pbx.strategies.Strategy.roles`); a first
@@ -270,20 +223,22 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), 
     # Off-policy agents' replay buffers, allocated whole for every member built on the machine, must fit in its
     # memory: in a larger first or restart population (BG-PBT, IPBT) that is more than pop_size.
     member_cls.check_population(env, cfg.most_members if builds is None else builds, member)
-    if cfg.init_size > run.pop_size and cfg.plan([False]).done:
+    if cfg.init_size > run.pop_size and cfg.rules.plan([False]).done:
         # the larger first population is cut after its round: a run that ends with it would answer uncut
+        cost = cfg.init_size / run.pop_size
         raise UsageError(f"max_budget {run.max_budget:,} leaves no round after the first population's ({cfg.init_size} "
-                         f"members for {run.pop_size} cost {cfg.round_cost(0, False):g} x t_ready "
-                         f"{run.t_ready:,}): raise max_budget above {cfg.round_cost(0, False) * run.t_ready:,g} or lower "
-                         f"t_ready")
+                         f"members for {run.pop_size} cost {cost:g} x t_ready {run.t_ready:,}): raise max_budget "
+                         f"above {cost * run.t_ready:,g} or lower t_ready")
     return cfg
 
 
-def round_sizes(strategy_cls: type[Strategy], settings: StrategySettings, pop_size: int) -> Callable[[int, bool], int]:
-    """Members each round trains, by round and restart mark (:meth:`RunConfig.round_size`)."""
-    first = strategy_cls.initial_size(settings, pop_size)
-    again = strategy_cls.restart_size(settings, pop_size)
-    return lambda round_, restart: first if round_ == 0 else again if restart else pop_size
+def rules(run: RunSettings, strategy_cls: type[Strategy], strategy: StrategySettings,
+          chunk: int | None = None) -> Rules:
+    """The rules of a run's rounds (:class:`pbx.plan.Rules`) from its settings; ``chunk``: the member's."""
+    assert run.t_ready is not None and run.max_budget is not None  # a resolved or stored run has them
+    return Rules(run.max_budget, run.t_ready, run.pop_size, strategy_cls.initial_size(strategy, run.pop_size),
+                 strategy_cls.restart_size(strategy, run.pop_size), strategy_cls.round_growth(strategy),
+                 strategy_cls.last_rounds(strategy), chunk)
 
 
 @dataclass(frozen=True)
@@ -301,16 +256,11 @@ class StoredRun:
         strategy_cls = strategy_class(run.search)
         return cls(run, strategy_cls, build(strategy_cls.settings_cls, config.get("strategy") or {}))
 
-    def sizes(self) -> Callable[[int, bool], int]:
-        return round_sizes(self.strategy_cls, self.strategy, self.run.pop_size)
-
-    def plan(self, restart_marks: Sequence[bool]) -> Plan:
-        """The nominal plan of rounds with ``restart_marks`` (steps as asked, not as a member rounds them)."""
-        assert self.run.t_ready is not None and self.run.max_budget is not None  # a run's config has them
-        t_ready, sizes = self.run.t_ready, self.sizes()
-        plan = Plan(self.run.max_budget, lambda k: self.strategy_cls.round_length(self.strategy, t_ready, k),
-                    lambda steps: steps, tail=self.strategy_cls.last_rounds(self.strategy))
-        return plan.extend(restart_marks, [sizes(r, m) / self.run.pop_size for r, m in enumerate(restart_marks)])
+    @cached_property
+    def rules(self) -> Rules:
+        """The rules of its rounds, nominal: steps as asked, not as a member rounds them (the member is not
+        built)."""
+        return rules(self.run, self.strategy_cls, self.strategy)
 
 
 def selection(run: RunSettings) -> Selection:

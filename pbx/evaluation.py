@@ -124,7 +124,7 @@ def find_target(path: Path, member: str = "best") -> Target:
                          f"take SB3 members (a ProcGen game or a gymnasium id)")
     row = member_row(run.frame, member)
     last = int(run.frame["round"].max())
-    rounds = len(cfg.planned(restart_marks(run.frame)).ends)
+    rounds = cfg.rules.planned(restart_marks(run.frame)).rounds
     target = Target(run_dir, cfg, int(row["member"]), int(row["round"]), int(row["steps"]), rounds,
                     kept=int(row["round"]) < last)
     if target.kept and not run_dir.kept.is_dir():

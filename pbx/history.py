@@ -38,7 +38,7 @@ Row ``(m, r)`` describes member ``m``'s training in round ``r``:
 A strategy that starts with a larger population than it keeps (BG-PBT x3, IPBT x2:
 :meth:`pbx.strategies.Strategy.initial_size`) has that many rows in round 0, and one that trains extra
 candidates at a restart (IPBT) that many in each restart round; every other round has ``pop_size``
-(:meth:`pbx.config.RunConfig.round_size`).
+(:meth:`pbx.plan.Rules.size`).
 
 The scores each member took *within* a round (its curve) are kept beside the
 history, in ``curves.csv`` (:mod:`pbx.curves`), and travel with it: :attr:`History.curves`.
@@ -209,7 +209,7 @@ def complete_rounds(frame: pd.DataFrame, pop_size: int | None = None, name: str 
     """Drop a last round with fewer rows than members (a run killed, or still writing, mid-round).
 
     ``pop_size`` is the run's population and ``sizes(round, restart)`` the members each round trains
-    (:meth:`pbx.config.RunConfig.round_size`; None: ``pop_size`` in every round). Without ``pop_size`` (a
+    (:meth:`pbx.plan.Rules.size`; None: ``pop_size`` in every round). Without ``pop_size`` (a
     report of a folder whose config says nothing else) the members seen in the file count, round 0 and restart
     rounds apart. An earlier round that is not whole means the file was damaged, not torn: that is an error.
     """

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from pbx import train
 from pbx.errors import ArgumentParser, UsageError, command_parser
+from pbx.runners.start import exit_code, launch, new_run, resumed_run
 from pbx.schedule import Replay, plan_replay
 from pbx.settings import check_seed
 
@@ -46,11 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(_plan_line(replay, args.source), flush=True)
     run_dir = args.run_dir if args.run_dir is not None else Path("runs") / replay.name
-    code = train.main(["--run-dir", str(run_dir)], base=[replay.layer])
+    code = exit_code(lambda: launch(lambda comm: new_run([replay.layer], run_dir=run_dir, comm=comm)))
     for budget in replay.budgets:  # the original's resumes to a larger max_budget, each where it made one
         if code != 0:
             break
-        code = train.main(["--resume", str(run_dir), "-m", f"max_budget={budget}"])
+        code = exit_code(lambda: launch(lambda comm: resumed_run(run_dir, {"max_budget": budget}, comm=comm)))
     return code
 
 

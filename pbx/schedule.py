@@ -23,7 +23,6 @@ The toy has no randomness, and its replay repeats the lineage exactly.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from pbx.config import RunConfig, resolve
 from pbx.settings import load_yaml
 from pbx.errors import UsageError
 from pbx.history import BASE_COLUMNS, RESULT_ROLE, History, complete_rounds, member_row, read_csv, results
+from pbx.plan import Plan, Rules
 from pbx.run_dir import RunDir
 from pbx.space import Config
 
@@ -76,7 +76,7 @@ def plan_replay(path: Path, member: str | int = "best", seed: int | None = None)
         cfg = resolve([stored])
     except UsageError as err:
         raise UsageError(f"{folder.config}: {err}") from None
-    frame = complete_rounds(read_csv(folder.history, cfg.space), cfg.run.pop_size, str(folder.history), cfg.round_size)
+    frame = complete_rounds(read_csv(folder.history, cfg.space), cfg.run.pop_size, str(folder.history), cfg.rules.size)
     if list(frame.columns) != BASE_COLUMNS + cfg.space.names:
         raise UsageError(f"{folder.history}: columns {list(frame.columns)} do not match the run's "
                          f"{BASE_COLUMNS + cfg.space.names}")
@@ -96,7 +96,7 @@ def plan_replay(path: Path, member: str | int = "best", seed: int | None = None)
     name = f"{cfg.run.name or path.name}-replay-m{chosen}"
     layer = _layer(cfg, schedule(rows, History(cfg.space.names)), name, seed)
     layer["run"]["max_budget"] = budgets[0]
-    return Replay(layer, name, chosen, rows, cfg.run.rounds, tuple(budgets[1:]))
+    return Replay(layer, name, chosen, rows, cfg.rules.fixed_rounds, tuple(budgets[1:]))
 
 
 def lineage(frame: pd.DataFrame, member: int, source: Path | str = "history") -> pd.DataFrame:
@@ -147,12 +147,13 @@ def _check_steps(rows: pd.DataFrame, cfg: RunConfig, source: Path) -> list[int]:
     found = rows["steps"].to_numpy()
     budgets: list[int] = []
     expected, unskipped, done, ahead = [], [], 0, 0  # this pbx's boundaries, and the earlier rule's
+    plan = _replay_plan(cfg, cfg.run.max_budget)
     for r, (_, row) in enumerate(rows.iterrows()):
         config = history.config_of(row)
-        start, done = done, done + cfg.steps_due(done, cfg.round_end(r), config)
+        start, done = done, done + cfg.steps_due(done, plan.trained_end(r), config)
         if found[r] < done and _ended_at(cfg, r, start, int(found[r]), config):
             budgets.append(done := int(found[r]))
-        ahead += cfg.member_cls.steps_trained(cfg.member, config, max(cfg.round_end(r) - ahead, 1))
+        ahead += cfg.member_cls.steps_trained(cfg.member, config, max(plan.trained_end(r) - ahead, 1))
         expected.append(done)
         unskipped.append(ahead)
     wrong = np.flatnonzero(found != expected)
@@ -173,8 +174,14 @@ def _ended_at(cfg: RunConfig, round_: int, start: int, steps: int, config: Confi
     ``start`` ending it at ``steps``."""
     if steps <= start or steps < cfg.run.t_ready:
         return False
-    short = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, max_budget=steps))
-    return short.run.rounds == round_ + 1 and start + short.steps_due(start, short.round_end(round_), config) == steps
+    short = _replay_plan(cfg, steps)
+    return short.rounds == round_ + 1 and start + cfg.steps_due(start, short.trained_end(round_), config) == steps
+
+
+def _replay_plan(cfg: RunConfig, max_budget: int) -> Plan:
+    """The rounds of the replay of a run of ``cfg`` trained to ``max_budget``: one member, rounds of
+    ``t_ready`` to the budget (a replay never restarts, :meth:`pbx.strategies.Strategy` defaults)."""
+    return Rules(max_budget, cfg.run.t_ready or 0, chunk=cfg.rules.chunk).planned()
 
 
 def _layer(cfg: RunConfig, points: list[dict[str, Any]], name: str, seed: int | None) -> dict[str, Any]:

@@ -102,12 +102,6 @@ class RunSettings:
         if self.comm not in COMM_MODES:
             raise UsageError(f"comm must be one of {', '.join(COMM_MODES)}, got {self.comm!r}")
 
-    @property
-    def rounds(self) -> int:
-        """Rounds of training; the last one may be shorter when t_ready does not divide max_budget."""
-        assert self.t_ready is not None and self.max_budget is not None  # filled in by resolve()
-        return -(-self.max_budget // self.t_ready)
-
 
 def parse_override(item: str) -> tuple[str, Any]:
     """``key=value`` of a ``-m`` item, the value read as YAML (``1e-4``, ``true``, ``null``)."""

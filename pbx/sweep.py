@@ -24,7 +24,8 @@ from pbx.console import format_score
 from pbx.errors import ArgumentParser, UsageError, command_parser
 from pbx.runners.mpi import abort, world
 from pbx.slurm import slurm_script
-from pbx.sweeps import Progress, RunSpec, Sweep, execute, follow, load_sweep, prepare, progress, release
+from pbx.runners.start import follow_runs, release
+from pbx.sweeps import Progress, RunSpec, Sweep, execute, load_sweep, prepare, progress
 
 if TYPE_CHECKING:
     from mpi4py.MPI import Intracomm
@@ -55,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A scheduler's SIGTERM (end of a job's time) stops the sweep like Ctrl-C.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     if comm is not None and comm.Get_rank() > 0:
-        return follow(comm)
+        return follow_runs(comm)
     sweep = None
     try:
         args = build_parser().parse_args(argv)

@@ -59,7 +59,7 @@ from pbx.files import durable_write
 from pbx.fingerprint import changed_keys, differing_keys
 from pbx.history import best_rows, complete_rounds, read_csv, restart_marks
 from pbx.run_dir import RunDir, folder_part
-from pbx.runners.mpi import Kind, abort, receive, send
+from pbx.runners.start import announce_run, exit_code, launch, new_run, rank_layers, resumed_run
 from pbx.slurm import SlurmSettings, slurm_settings
 from pbx.yaml_files import read_yaml
 
@@ -140,8 +140,6 @@ def load_sweep(file: str | Path, seeds: str | None = None, overrides: Sequence[s
     """Read an experiment file and resolve every variant as ``pbx.train`` would on ``ranks`` MPI ranks (None:
     the ranks of the file's Slurm tasks), before anything is written; a :class:`UsageError` names the file and
     the variant."""
-    from pbx.train import rank_layers
-
     file = Path(file)
     raw = read_yaml(file, "experiment file")
     if not isinstance(raw, dict):
@@ -318,64 +316,44 @@ def progress(path: Path) -> Progress | None:
     if stored is None or stored.run.t_ready is None or stored.run.max_budget is None:
         raise UsageError(f"{folder.config}: not a pbx run config")
     if not folder.history.is_file():
-        return Progress(0, stored.plan([]).rounds_estimate())
-    frame = complete_rounds(read_csv(folder.history), stored.run.pop_size, str(folder.history), stored.sizes())
+        return Progress(0, stored.rules.plan([]).rounds_estimate())
+    frame = complete_rounds(read_csv(folder.history), stored.run.pop_size, str(folder.history), stored.rules.size)
     if frame.empty:
-        return Progress(0, stored.plan([]).rounds_estimate())
+        return Progress(0, stored.rules.plan([]).rounds_estimate())
     best = best_rows(frame).iloc[-1]
-    plan = stored.plan(restart_marks(frame))
+    plan = stored.rules.plan(restart_marks(frame))
     return Progress(int(frame["round"].nunique()), plan.rounds_estimate(), float(best["score"]),
                     float(best["test_score"]))
 
 
 def execute(sweep: Sweep, spec: RunSpec, resume: bool, comm: Intracomm | None = None) -> str | None:
-    """Train (or resume) one run through ``pbx.train``'s command, its output appended to the run's train.log.
+    """Train (or resume) one run as ``pbx.train`` does (:func:`pbx.runners.start.launch`), its output appended to
+    the run's train.log.
 
     A new run starts from the variant's stored resolution with the run's seed and
-    name. Returns None when the run finished, else why not (train's exit code, or
-    the exception of a member that died, whose traceback goes to the run's
-    error.txt). Raises KeyboardInterrupt when the run was interrupted (its finished
-    rounds are saved). Under MPI the other ranks are told a run follows
-    (:func:`follow`), and a failure on any rank fails the run on all of them.
+    name. Returns None when the run finished, else why not (its exit code, whose
+    one line went to stderr, or the exception of a member that died, whose traceback
+    goes to the run's error.txt). Raises KeyboardInterrupt when the run was
+    interrupted (its finished rounds are saved). Under MPI the other ranks are told
+    a run follows (:func:`pbx.runners.start.follow_runs`), and a failure on any rank
+    fails the run on all of them.
     """
-    from pbx import train
-
     if resume:
-        argv, layers = ["--resume", str(spec.path)], []
+        setup = lambda comm: resumed_run(spec.path, comm=comm)
     else:
-        argv = ["--seed", str(spec.seed), "--name", f"{sweep.out.name}-{spec.variant.name}-seed{spec.seed}",
-                "--run-dir", str(spec.path)]
-        layers = [_stored(sweep, spec.variant)]
+        run = {"seed": spec.seed, "name": f"{sweep.out.name}-{spec.variant.name}-seed{spec.seed}"}
+        setup = lambda comm: new_run([_stored(sweep, spec.variant), {"run": run}], run_dir=spec.path, comm=comm)
     spec.path.mkdir(parents=True, exist_ok=True)
-    if comm is not None:
-        send(comm, Kind.RUN)
+    announce_run(comm)
     with open(spec.path / "train.log", "a", buffering=1) as log, contextlib.redirect_stdout(log):
         try:
-            code = train.main(argv, layers, contained=True)
+            code = exit_code(lambda: launch(setup, contained=True))
         except Exception as err:  # a member that died: the other runs go on
             (spec.path / "error.txt").write_text(traceback.format_exc())
             return f"{type(err).__name__}: {err}; traceback in {spec.path / 'error.txt'}"
     if code == 130:
         raise KeyboardInterrupt
     return None if code == 0 else f"exit {code}"
-
-
-def follow(comm: Intracomm) -> int:
-    """An MPI rank other than 0: take part in each run rank 0 trains, until it says there are no more."""
-    from pbx import train
-
-    try:
-        while receive(comm, Kind.RUN, Kind.END).kind is Kind.RUN:
-            train.follow_run(comm)
-    except KeyboardInterrupt:  # between runs (inside one, the run's own handling ends the job)
-        abort(f"rank {comm.Get_rank()}: interrupted", 130)
-    return 0
-
-
-def release(comm: Intracomm | None) -> None:
-    """Rank 0 is done: let the other ranks (in :func:`follow`) end."""
-    if comm is not None:
-        send(comm, Kind.END)
 
 
 def _refuse_per_run(file: Path, experiment: Mapping[str, Any], variants: Sequence[Variant]) -> None:

@@ -201,7 +201,7 @@ def test_resume_may_extend_the_budget_and_nothing_that_changes_decisions(tmp_pat
 
 
 def test_start_line_says_what_ppo_really_trains(tmp_path) -> None:
-    from pbx.train import _start_line
+    from pbx.runners.announce import start_line as _start_line
     from pbx.run_dir import RunDir
 
     cfg = resolve([{"run": {"env": "CartPole-v1", "t_ready": 100, "max_budget": 300},

@@ -32,7 +32,8 @@ def test_shipped_experiment_files_resolve(experiment: Path) -> None:
         configs = [resolve([load_yaml(experiment)])]
     # every run exploits at least once (a t_ready or budget typo would leave one round); the step-size study's
     # long step exploits exactly once, by design
-    assert all(cfg.run.rounds >= 2 for cfg in configs) and max(cfg.run.rounds for cfg in configs) >= 3
+    rounds = [cfg.rules.fixed_rounds for cfg in configs]
+    assert all(n >= 2 for n in rounds) and max(rounds) >= 3
 
 
 @pytest.mark.parametrize("spelling, name", [("pb2", "PB2"), ("Fixed", "none"), ("Random", "random"), ("NONE", "none")])

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import pbx.runners.start
 import pbx.train
 from pbx.history import read_csv
 
@@ -84,7 +85,7 @@ def test_long_commands_parse_and_resolve(page: str, command: str, tmp_path: Path
     assert argv is not None
     monkeypatch.chdir(ROOT)
     if argv[:2] == ["-m", "pbx.train"]:
-        monkeypatch.setattr(pbx.train, "SyncRunner", _StopRunner)
+        monkeypatch.setattr(pbx.runners.start, "SyncRunner", _StopRunner)
         run_dir = tmp_path / "run"
         if "--resume" in argv:  # a run folder to continue: a tiny toy run stands in for it
             assert pbx.train.main(["--env", "toy", "--run-dir", str(run_dir)]) == 0

@@ -18,6 +18,7 @@ from pbx.errors import UsageError
 from pbx.history import History, Row, best_rows, read_csv
 from pbx.members.base import MemberContext
 from pbx.members.toys.deceptive import DeceptiveToyMember, DeceptiveToySettings, target
+from pbx.runners.start import launch, new_run
 from pbx.schedule import plan_replay
 from pbx.space import Continuous, Space
 from pbx.strategies import FIRE, FIRESettings, RunContext
@@ -306,6 +307,6 @@ def test_replay_takes_a_result_member_and_repeats_its_score(tmp_path: Path, caps
     replay = plan_replay(tmp_path / "fire", "best")
     best = best_rows(history.frame).iloc[-1]
     assert replay.member == best["member"] and best["role"] == "pop1"
-    assert train.main(["--run-dir", str(tmp_path / "replay")], base=[replay.layer]) == 0
+    assert launch(lambda comm: new_run([replay.layer], run_dir=tmp_path / "replay")) is not None
     # the toy is deterministic: the lineage's schedule, through evaluators' and P2's weights, gives its score
     assert read_csv(tmp_path / "replay" / "history.csv")["score"].iloc[-1] == pytest.approx(best["score"], abs=1e-12)

@@ -10,7 +10,7 @@ from scipy.stats import norm
 
 from pbx.config import RunConfig
 from pbx.history import History, Row, skipped
-from pbx.plan import Plan
+from pbx.plan import Rules
 from pbx.strategies.generations import copula
 from pbx.strategies.ipbt import late
 from pbx.strategies.stagnation import stagnated
@@ -246,10 +246,7 @@ def test_the_plan_ends_the_budget_as_the_references_bgpbt_and_ipbt_do() -> None:
     step would be left after this one, this one takes the rest (``t_step = t_max - t_cur``); IPBT's own
     (``algo/ipbt.py``) takes half of it the first time. pbx's plan cuts a short last round (``last_rounds: cut``)."""
     def ends(tail: str) -> list[int]:
-        plan = Plan(30, lambda restarts: 4, lambda steps: steps, tail=tail)
-        while not plan.done:
-            plan.add(False)
-        return plan.nominal_ends
+        return Rules(30, 4, tail=tail).planned().nominal_ends
 
     assert ends("extend") == [4, 8, 12, 16, 20, 24, 30] and ends("cut") == [4, 8, 12, 16, 20, 24, 28, 30]
     assert ends("halves") == [4, 8, 12, 16, 20, 24, 27, 30]  # IPBT's: the 6 left at 24 in two rounds of 3
@@ -265,7 +262,7 @@ def test_bgpbt_and_ipbt_runs_plan_their_last_rounds_as_the_references() -> None:
     """At max_budget 202 (t_ready 4; round 0's larger population costs 3 rounds for BG-PBT, 2 for IPBT) BG-PBT's
     round from 196 takes the 6 steps left and IPBT's takes 3 and its next 3, where a cut plan ends 196, 200, 202."""
     for search, last in [("BGPBT", [192, 196, 202]), ("IPBT", [196, 199, 202])]:
-        plan = toy_config(search=search, max_budget=202).plan([False])
+        plan = toy_config(search=search, max_budget=202).rules.plan([False])
         while not plan.done:
             plan.add(False)
         assert plan.nominal_ends[-3:] == last, search

@@ -24,6 +24,7 @@ from pbx.errors import UsageError
 from pbx.members.base import Diverged, MemberContext
 from pbx.members.ppo.ppo import PPOMember, PPOSettings
 from pbx.members.sb3.process import LOCAL_RANKS_VARS, thread_budget
+from pbx.plan import Rules
 from pbx.space import Categorical, Continuous, Space
 
 from conftest import tensorboard_tags
@@ -541,7 +542,8 @@ def test_train_rounds_steps_to_whole_rollouts() -> None:
     for asked, rollouts in [(ROLLOUT // 3, 1), (int(2.4 * ROLLOUT), 2), (int(1.6 * ROLLOUT), 2)]:
         before = member.steps
         member.train(asked)
-        planned = PPOMember.round_steps(member.settings, asked, Space({"clip_range": Continuous(0.1, 0.3)}))
+        chunk = PPOMember.plan_chunk(member.settings, Space({"clip_range": Continuous(0.1, 0.3)}))
+        planned = Rules(asked, asked, chunk=chunk).trained(asked)
         assert member.steps - before == planned == rollouts * ROLLOUT
     assert member.steps == 5 * ROLLOUT == member.model.num_timesteps
 

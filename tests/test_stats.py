@@ -258,7 +258,7 @@ def procgen_run(folder: Path, env: str, search: str, seed: int, rounds: int = 3,
     log = HistoryLog(folder / "history.csv", space, 2)
     rng = np.random.default_rng([seed, len(search), len(env)])
     low, high = EASY[env]
-    for r in range(cfg.run.rounds):
+    for r in range(cfg.rules.fixed_rounds):
         log.append([Row(m, r, (r + 1) * t_ready, float(r), float(rng.uniform(low, high)),
                         float(rng.uniform(low, high)), m, False, space.initial()) for m in range(2)])
 

@@ -7,7 +7,7 @@ import pytest
 
 from pbx.errors import UsageError
 from pbx.history import History, rank_best_first
-from pbx.plan import Plan
+from pbx.plan import Rules
 from pbx.space import Categorical, Continuous, Integer, Space
 from pbx.strategies import STRATEGIES, ExploitExplore, RunContext, Truncation, WinnerTakesAll, make_selection
 from pbx.strategies.pbt import FACTORS, PBT, perturb
@@ -24,8 +24,8 @@ def _decide(name: str, history: History, space: Space, seed: int, selection=None
     cls = STRATEGIES[name]
     pop = int(history.frame["member"].nunique())
     settings = cls.settings_cls()
-    context = RunContext(rounds=10, pop_size=pop, roles=cls.roles(settings, pop), t_ready=4,
-                         plan=lambda marks: Plan(10**6, lambda k: cls.round_length(settings, 4, k), int).extend(marks))
+    context = RunContext(rounds=10, pop_size=pop, roles=cls.roles(settings, pop),
+                         rules=Rules(10**6, 4, growth=cls.round_growth(settings)))
     strategy = cls(selection=selection, context=context)
     return strategy.decide(history, space, np.random.default_rng(seed))
 

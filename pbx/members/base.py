@@ -95,10 +95,10 @@ class Member(ABC):
         return cls.default_space
 
     @classmethod
-    def round_steps(cls, settings: MemberSettings, steps: int, space: Space) -> int:
-        """The env steps :meth:`train` really trains when asked for ``steps`` (PPO: whole rollouts) with a
-        config from ``space``."""
-        return steps
+    def plan_chunk(cls, settings: MemberSettings, space: Space) -> int | None:
+        """The env steps :meth:`train` trains whole with every config from ``space`` (PPO: a rollout), by which
+        the plan rounds a round's length (:attr:`pbx.plan.Rules.chunk`); None: it trains what it is asked."""
+        return None
 
     @classmethod
     def steps_trained(cls, settings: MemberSettings, config: Config, steps: int) -> int:

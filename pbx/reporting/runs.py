@@ -78,7 +78,7 @@ class Run:
     @property
     def finished(self) -> bool:
         """Whether the history holds every planned round."""
-        return not self.frame.empty and StoredRun.read(self.config).plan(restart_marks(self.frame)).done
+        return not self.frame.empty and StoredRun.read(self.config).rules.plan(restart_marks(self.frame)).done
 
 
 def load_run(path: Path) -> Run:
@@ -101,7 +101,7 @@ def read_run(path: Path) -> Run:
     config = _read_config(folder.config)
     space = Space.from_dict(config["space"], source=f"{folder.config}: space")
     try:
-        sizes = StoredRun.read(config).sizes()
+        sizes = StoredRun.read(config).rules.size
     except UsageError:  # a config this pbx cannot read settings from: the history's own rounds say
         sizes = None
     frame = complete_rounds(read_csv(folder.history, space), config["run"].get("pop_size"), str(folder.history), sizes)

@@ -101,12 +101,12 @@ class RunRecorder:
     def __init__(self, cfg: RunConfig, run_dir: RunDir) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
-        self.log = HistoryLog(run_dir.history, cfg.space, cfg.run.pop_size, cfg.round_size)
+        self.log = HistoryLog(run_dir.history, cfg.space, cfg.run.pop_size, cfg.rules.size)
         frame = self.log.history.frame
         # A larger first population's or restart's candidates train as many steps as they add; restarts to come
         # leave the total as it is, up to rounding (a round of k x pop_size members takes k times its length of
         # the budget).
-        total = cfg.member_steps(cfg.planned(restart_marks(frame)))
+        total = cfg.rules.planned(restart_marks(frame)).member_steps()
         self.console = Console(total, steps_trained(frame), desc=f"{cfg.run.env} {cfg.run.search}")
         self._writers: dict[str, ScalarWriter] = {}
         self._keep_strategy_rows(before=self.log.history.last_round)

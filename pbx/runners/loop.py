@@ -6,7 +6,7 @@ every member in this process, files on disk; the MPI runner: members spread
 over ranks, checkpoint bytes sent between them), as SB3's ``DummyVecEnv`` and
 ``SubprocVecEnv`` differ only in how a step is carried out.
 
-Per round ``r``: the executor trains each member to the round's planned end (:mod:`pbx.plan`: ``plan.end(r)``
+Per round ``r``: the executor trains each member to the round's planned end (:mod:`pbx.plan`: ``plan.trained_end(r)``
 steps in all, in whole rollouts; a member already at or past it skips the round: ``RunConfig.steps_due``),
 evaluates it when due, and saves it durably; the loop writes the round's curves to ``curves.csv`` and its rows
 to ``history.csv`` (fsynced: from here on a kill loses nothing), deletes the other
@@ -167,7 +167,7 @@ class RoundLoop:
         self.strategy: Strategy = cfg.build_strategy()
         # (parent, explored, restart) of each member for its next row: set by the last decisions.
         self.lineage: dict[int, tuple[int, bool, bool]] = {i: (i, False, False) for i in range(cfg.init_size)}
-        self.plan: Plan = cfg.plan()
+        self.plan: Plan = cfg.rules.plan()
         """The rounds planned so far (every process keeps its own, from the shared restart marks and decisions)."""
 
     def run(self) -> History | None:
@@ -192,7 +192,7 @@ class RoundLoop:
         try:
             # the coordinator's alone: it reads the history
             first, steps, offset, restarts = executor.share(start)
-            self.plan = cfg.plan(restarts)
+            self.plan = cfg.rules.plan(restarts)
             if self.plan.done:
                 return recorder.history if recorder is not None else None  # finished already: nothing to build
             configs = initial_configs(self.strategy, cfg)
@@ -202,11 +202,11 @@ class RoundLoop:
             executor.share(self._write_config)  # every rank takes part; only the coordinator writes
             start_time = time.perf_counter() - offset
             r = first
-            self.plan.add(restart, cfg.round_cost(r, restart))
+            self.plan.add(restart)
             while True:
                 advance = recorder.console.advance if recorder is not None else _ignore
-                trained = executor.train_round(r, self.plan.end(r), self._test_seed(r), self._start_seed(r, restart),
-                                               advance)
+                trained = executor.train_round(r, self.plan.trained_end(r), self._test_seed(r),
+                                               self._start_seed(r, restart), advance)
 
                 # Shared only once the round is in the history: from then on its checkpoints are
                 # what a resume starts from, and the older ones can go.
@@ -218,7 +218,7 @@ class RoundLoop:
                     return recorder.history if recorder is not None else None
                 restart = self._apply(decisions, r, keep)
                 r += 1
-                self.plan.add(restart, cfg.round_cost(r, restart))
+                self.plan.add(restart)
         finally:
             if recorder is not None:
                 recorder.close()

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import pandas as pd
 
 from pbx.history import RESULT_ROLE, History
-from pbx.plan import Plan
+from pbx.plan import Rules
 from pbx.space import Config, Space, Value
 from pbx.strategies.selection import Selection, Truncation
 
@@ -71,7 +71,7 @@ class Decision:
     info: Mapping[str, float] = field(default_factory=dict)
     restart: bool = False
     """Whether the next round begins a new generation (IPBT, BG-PBT): the history marks it; a strategy whose
-    round length depends on restarts (:meth:`Strategy.round_length`) counts it. Every decision of a round says
+    round length depends on restarts (:meth:`Strategy.round_growth`) counts it. Every decision of a round says
     the same."""
     reset: WeightReset | None = None
     """What the member does to its weights after loading the donor's (None: they are the donor's as they are)."""
@@ -106,11 +106,9 @@ class RunContext:
     roles: tuple[str, ...] = ()
     """Each member's role (:meth:`Strategy.roles`), which the runner writes to every history row; empty: every
     member is a result (:data:`pbx.history.RESULT_ROLE`)."""
-    t_ready: int = 0
-    """The run's ``t_ready``: the length of a round before any restart (:meth:`Strategy.round_length`)."""
-    plan: Callable[[Sequence[bool]], Plan] | None = None
-    """The rounds' plan given the history's restart marks (:meth:`pbx.config.RunConfig.plan`): how much of the
-    budget is left (IPBT restarts only while a restart round fits)."""
+    rules: Rules | None = None
+    """What fixes the run's rounds (:class:`pbx.plan.Rules`), which with the history's restart marks give the
+    plan: how much of the budget is left (IPBT restarts only while a restart round fits)."""
 
     def role(self, member: int) -> str:
         return self.roles[member] if self.roles else RESULT_ROLE
@@ -170,10 +168,10 @@ class Strategy(ABC):
         return {}
 
     @classmethod
-    def round_length(cls, settings: StrategySettings, t_ready: int, restarts: int) -> int:
-        """The env steps of a round that begins after ``restarts`` restarts of the population (the restart
-        round's own included): ``t_ready`` by default, whatever the restarts (:mod:`pbx.plan`)."""
-        return t_ready
+    def round_growth(cls, settings: StrategySettings) -> float:
+        """The factor a round's length takes at each restart of the population (:attr:`pbx.plan.Rules.growth`):
+        1 by default, ``t_ready`` whatever the restarts."""
+        return 1.0
 
     @classmethod
     def last_rounds(cls, settings: StrategySettings) -> str:

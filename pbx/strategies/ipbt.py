@@ -110,8 +110,8 @@ class IPBT(Generational):
         return settings.init_factor * pop_size
 
     @classmethod
-    def round_length(cls, settings: IPBTSettings, t_ready: int, restarts: int) -> int:  # type: ignore[override]
-        return max(1, round(t_ready * settings.step_factor**restarts))
+    def round_growth(cls, settings: IPBTSettings) -> float:  # type: ignore[override]
+        return settings.step_factor
 
     @classmethod
     def last_rounds(cls, settings: IPBTSettings) -> str:  # type: ignore[override]
@@ -123,12 +123,12 @@ class IPBT(Generational):
         return round(quantile * pop_size)
 
     def restart_due(self, history: History) -> bool:
-        if self.context is None or self.context.plan is None:
-            raise ValueError("IPBT needs the run's RunContext with its plan: build it with RunConfig.build_strategy()")
-        plan = self.context.plan(restart_marks(history.frame))
+        if self.context is None or self.context.rules is None:
+            raise ValueError("IPBT needs the run's RunContext with its rules: build it with RunConfig.build_strategy()")
+        plan = self.context.rules.plan(restart_marks(history.frame))
         # the restart round (init_factor x pop_size candidates for the longer step) must fit what is left and
         # leave a round after it: the cut to pop_size comes with the next decisions, and none follow the last round
-        longer = self.round_length(self.settings, self.context.t_ready, plan.restarts[-1] + 1)
+        longer = plan.rules.nominal_length(plan.restarts[-1] + 1)
         if plan.nominal_ends[-1] + self.settings.init_factor * longer >= plan.max_budget:
             return False
         if late(plan.nominal_ends, self.settings.step_factor, plan.max_budget):

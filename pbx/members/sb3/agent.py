@@ -24,6 +24,7 @@ from pbx.errors import UsageError
 from pbx.members.base import Member, MemberSettings
 from pbx.members.sb3.process import check_device
 from pbx.members.sb3.settings import SB3Settings
+from pbx.plan import whole_chunks
 from pbx.space import Config, Space
 
 
@@ -116,17 +117,17 @@ class SB3Agent(Member):
         check_device(device)
 
     @classmethod
-    def round_steps(cls, settings: MemberSettings, steps: int, space: Space) -> int:
-        """Whole chunks (rollouts, or ``train_freq`` steps per env), the nearest number to ``steps`` and at least
-        one: SB3 collects them whole. Where the space searches the chunk's length each member's differs, so the
-        plan is ``steps`` itself: each member trains whole chunks of its own to the boundary nearest the plan,
-        and skips a round it begins at or past the plan's end (:meth:`pbx.config.RunConfig.steps_due`)."""
-        return steps if cls.chunk in space.params else cls.steps_trained(settings, {}, steps)
+    def plan_chunk(cls, settings: MemberSettings, space: Space) -> int | None:
+        """A rollout (or ``train_freq`` steps) of every env: SB3 collects them whole. Where the space searches
+        the chunk's length each member's differs, so the plan takes the steps as asked (None): each member
+        trains whole chunks of its own to the boundary nearest the plan, and skips a round it begins at or past
+        the plan's end (:meth:`pbx.config.RunConfig.steps_due`)."""
+        assert isinstance(settings, SB3Settings)
+        return None if cls.chunk in space.params else settings.n_envs * int(getattr(settings, cls.chunk))
 
     @classmethod
     def steps_trained(cls, settings: MemberSettings, config: Config, steps: int) -> int:
         """Whole chunks of the config's length (the settings' where the space does not search it), the number
         nearest ``steps`` and at least one."""
         assert isinstance(settings, SB3Settings)
-        chunk = settings.n_envs * int(config.get(cls.chunk, getattr(settings, cls.chunk)))
-        return max(1, round(steps / chunk)) * chunk
+        return whole_chunks(steps, settings.n_envs * int(config.get(cls.chunk, getattr(settings, cls.chunk))))
