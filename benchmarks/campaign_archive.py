@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 import shutil
 import sys
 import tarfile
@@ -89,7 +90,7 @@ def _packed(work: Path, level: str) -> bytes:
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for path in sorted((work / "runs").rglob("*")):
             relative = path.relative_to(work / "runs")
-            if not path.is_file() or relative.parts[1:2] == ("tb",) or path.name == ".lock":
+            if not path.is_file() or relative.parts[1:2] == ("tb",) or path.name == ".lock" or _superseded(path):
                 continue
             if path.suffix == ".ckpt":
                 data = io.BytesIO()
@@ -100,6 +101,20 @@ def _packed(work: Path, level: str) -> bytes:
             else:
                 tar.add(path, arcname=str(relative))
     return gzip.compress(buffer.getvalue(), compresslevel=6, mtime=0)
+
+
+def _superseded(path: Path) -> bool:
+    """Whether ``path`` is a checkpoint in ``checkpoints/`` of a round before the run's last finished one: a
+    resume starts from the last round's checkpoints, and the runner keeps the round before too (against a kill
+    while the last is written), which would double the archive. (Replay segments stay: a newer checkpoint reads
+    older rounds' segments.)"""
+    history = path.parent.parent / "history.csv"
+    if path.suffix != ".ckpt" or path.parent.name != "checkpoints" or not history.is_file():
+        return False
+    round_ = re.search(r"\.r(\d+)\.", path.name)
+    rounds = [int(line.split(",")[1]) for line in history.read_text().splitlines()[1:]
+              if line.count(",") > 1 and line.split(",")[1].isdigit()]
+    return round_ is not None and bool(rounds) and int(round_.group(1)) < max(rounds)
 
 
 def archive(work: Path, target: Path, part_mb: float, archive_mb: float, say: Callable[[str], None]) -> list[Path]:

@@ -3,6 +3,8 @@ continues the same runs from the first's archive; the archive's compact checkpoi
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
 import subprocess
 import sys
@@ -50,6 +52,10 @@ def test_a_tiny_campaign_trains_delivers_and_the_next_one_continues_its_runs(tmp
     rounds = before["round"].max() + 1
     assert rounds >= 1 and sorted(before["member"].unique()) == [0, 1, 2], first.stdout
     assert f"run bigfish_none: {rounds} rounds" in (out1 / "summary.md").read_text()
+    # the archive carries the last finished round's checkpoints, not the round before that the runner also keeps
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress((out1 / "archive.tar.gz.00").read_bytes()))) as tar:
+        checkpoints = sorted(n for n in tar.getnames() if n.endswith(".ckpt"))
+    assert checkpoints == [f"bigfish_none/checkpoints/member_{m}.r{rounds - 1}.ckpt" for m in range(3)], checkpoints
 
     # collected as a loan's delivery is kept between loans
     kept = tmp_path / "kept"
