@@ -21,6 +21,24 @@ from pbx.runners.sync import SyncRunner
 from pbx.space import Categorical, Config, Continuous, Space
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core this process may use (pytest-xdist's own count wants psutil and counts
+    physical cores, which on a 2-vCPU CI machine may be 1)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under xdist, each worker is pinned to its share of the cores, as pbx shares them among the MPI ranks of a
+    machine: a member counts its cores (``thread_budget``), so two unpinned workers on 2 cores would each start
+    2 torch threads on a ProcGen CNN and spin against each other (several times slower); pinned, each gets one.
+    The subprocesses a test starts (``pbx.train``, ``mpiexec -n 2``) inherit the worker's cores."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if worker is None or count is None or not hasattr(os, "sched_setaffinity"):
+        return
+    cores, index, workers = sorted(os.sched_getaffinity(0)), int(worker.removeprefix("gw")), int(count)
+    os.sched_setaffinity(0, cores[index::workers] if len(cores) >= workers else [cores[index % len(cores)]])
+
+
 def toy_config(strategy: dict[str, object] | None = None, **run: object) -> RunConfig:
     """A toy run's config: PBT, 4 members, 200 steps, t_ready 4, unless ``run`` (and ``strategy``) say otherwise."""
     settings = {"env": "toy", "search": "PBT", "pop_size": 4, "t_ready": 4, "max_budget": 200, "seed": 0}

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+from pbx import replay
 from pbx.config import resolve
 from pbx.history import read_csv
 from pbx.members.base import MemberContext
@@ -21,6 +22,7 @@ from pbx.members.ppo.ppo import PPOMember
 from pbx.members.ppo.settings import PPOSettings, fit_rollout
 from pbx.schedule import lineage
 from pbx.space import Integer, Space
+from pbx.train import main
 
 from conftest import ROOT, kill_after, start_train
 
@@ -107,9 +109,7 @@ def test_a_pick_the_minibatch_cannot_divide_moves_to_the_nearest_length_that_it_
 def test_a_killed_hopper_run_with_a_changing_rollout_resumes_to_the_uninterrupted_history(tmp_path) -> None:
     args = ["--env", "Hopper-v5", "--search", "PBT", "--batchsize", "2", "--t_ready", "128", "--max_budget", "640",
             "--space", _space_file(tmp_path, ROLLOUT_SPACE), *SMALL]
-    whole = subprocess.run([sys.executable, "-m", "pbx.train", *args, "--run-dir", str(tmp_path / "whole")],
-                           cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert whole.returncode == 0 and whole.stderr == "", whole.stderr
+    assert main([*args, "--run-dir", str(tmp_path / "whole")]) == 0  # in this process: one start-up fewer
     killed = start_train(*args, "--run-dir", str(tmp_path / "killed"))
     kill_after(killed, tmp_path / "killed" / "history.csv", rows=2)
     before = read_csv(tmp_path / "killed" / "history.csv")
@@ -131,12 +131,9 @@ def test_a_killed_hopper_run_with_a_changing_rollout_resumes_to_the_uninterrupte
 def test_a_replay_follows_a_lineage_whose_rollout_length_changed(tmp_path) -> None:
     args = ["--env", "Pendulum-v1", "--search", "PBT", "--batchsize", "2", "--t_ready", "100", "--max_budget", "400",
             "--space", _space_file(tmp_path, ROLLOUT_SPACE), *SMALL]
-    done = subprocess.run([sys.executable, "-m", "pbx.train", *args, "--run-dir", str(tmp_path / "run")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    replay = subprocess.run([sys.executable, "-m", "pbx.replay", str(tmp_path / "run"), "--member", "0", "--run-dir",
-                             str(tmp_path / "replay")], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert replay.returncode == 0, replay.stderr
+    assert main([*args, "--run-dir", str(tmp_path / "run")]) == 0
+    # both in this process (test_replay.py starts the command itself)
+    assert replay.main([str(tmp_path / "run"), "--member", "0", "--run-dir", str(tmp_path / "replay")]) == 0
     original = lineage(read_csv(tmp_path / "run" / "history.csv"), 0)
     replayed = read_csv(tmp_path / "replay" / "history.csv")
     assert original["steps"].tolist() != [100, 200, 300, 400]  # whole rollouts of each round's length, off the plan

@@ -78,7 +78,10 @@ def torch_state_kept() -> Iterator[None]:
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        if (torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled()) != deterministic:
+            # only when a member changed it: the call imports torch._inductor (seconds at every run's end)
+            torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
         cudnn.deterministic, cudnn.benchmark = flags
         torch.set_num_threads(threads)
         torch.set_rng_state(rng)
