@@ -29,12 +29,12 @@ else:
     executor = MPIExecutor(cfg, run_dir, MPI.COMM_WORLD)
 configs = {i: cfg.space.initial() for i in range(2)}
 executor.build(configs)
-executor.train_round(0, 200, None, lambda steps: None)
+executor.train_round(0, 200, None, None, lambda steps: None)
 executor.share(lambda: None)  # every rank's checkpoints of round 0 are on disk
 decisions = [Decision(0, 0, configs[0], restart=True), Decision(1, 1, configs[1], restart=True),
              Decision(2, 1, configs[1], explored=True, restart=True, reset=WeightReset("reinit", 7)),
              Decision(3, 0, configs[0], explored=True, restart=True, reset=WeightReset("shrink_perturb", 8, 0.2, 0.1))]
 executor.apply(decisions, 0)
 executor.retain({d.member for d in decisions})
-executor.train_round(1, 400, None, lambda steps: None)
+executor.train_round(1, 400, None, None, lambda steps: None)
 executor.close()
