@@ -38,7 +38,7 @@ from pbx.members import Member, MemberSettings, member_class, space_file
 from pbx.space import Config, Space
 from pbx.strategies import (ExploitExplore, ExploitRules, RunContext, Selection, Strategy, StrategySettings,
                             canonical_search, make_selection, strategy_class)
-from pbx.strategies.categorical import BANDITS, CAT_EXPS, canonical_cat_exp
+from pbx.strategies.bayes.categorical import BANDITS, CAT_EXPS, canonical_cat_exp
 
 SEARCH_SPACES = Path(__file__).resolve().parent / "search_spaces"
 """The shipped search spaces: package data, so a non-editable install finds them too."""

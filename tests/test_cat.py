@@ -12,8 +12,8 @@ from pbx.config import resolve
 from pbx.history import History, read_csv
 from pbx.space import Categorical, Continuous, Space
 from pbx.strategies import PB2, PB2Settings, RunContext
-from pbx.strategies import categorical
-from pbx.strategies.categorical import CategoryBandits
+from pbx.strategies.bayes import categorical
+from pbx.strategies.bayes.categorical import CategoryBandits
 from pbx.train import main
 
 from conftest import kill_after, rate_history, start_train

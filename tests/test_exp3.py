@@ -8,8 +8,8 @@ import pytest
 from pbx.history import History, Row
 from pbx.space import Categorical, Continuous, Space
 from pbx.strategies import PB2, PB2Settings, RunContext
-from pbx.strategies.categorical import SHARE_PER_ROUND, CategoryBandits
-from pbx.strategies.exp3 import Exp3M, Play, dep_round, exp3m_gamma
+from pbx.strategies.bayes.categorical import SHARE_PER_ROUND, CategoryBandits
+from pbx.strategies.bayes.exp3 import Exp3M, Play, dep_round, exp3m_gamma
 
 ARMS, BEST = 8, 3
 

@@ -7,7 +7,7 @@ import GPy
 import numpy as np
 import pytest
 
-from pbx.strategies.kernels import MixedKernel, Overlap, TimeVaryingSE
+from pbx.strategies.bayes.kernels import MixedKernel, Overlap, TimeVaryingSE
 
 STEP = 1e-6
 

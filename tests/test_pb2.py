@@ -15,14 +15,15 @@ from scipy.optimize import minimize
 from pbx.errors import UsageError
 from pbx.history import History, Row, rank_best_first
 from pbx.space import Categorical, Config, Continuous, Integer, Space
-from pbx.strategies import acquisition, gp, pb2
-from pbx.strategies.kernels import TimeVaryingSE
-from pbx.strategies.acquisition import Acquisition, starts
-from pbx.strategies.gp import Posterior
-from pbx.strategies.observations import intervals
+from pbx.strategies import pb2
+from pbx.strategies.bayes import acquisition, gp
+from pbx.strategies.bayes.kernels import TimeVaryingSE
+from pbx.strategies.bayes.acquisition import Acquisition, starts
+from pbx.strategies.bayes.gp import Posterior
+from pbx.strategies.bayes.observations import intervals
 from pbx.strategies.pb2 import PB2, PB2Settings
 from pbx.strategies.base import Pending, RoundContext, RunContext
-from pbx.strategies.categorical import CategoryBandits
+from pbx.strategies.bayes.categorical import CategoryBandits
 from pbx.strategies.selection import WinnerTakesAll
 
 from conftest import rate_history

@@ -15,7 +15,7 @@ import pytest
 
 from pbx.history import History, read_csv
 from pbx.members import Diverged, ToyMember, register
-from pbx.strategies.observations import intervals
+from pbx.strategies.bayes.observations import intervals
 
 from conftest import CHUNKED_TOY, check_skips, kill_after, run_toy, start_train, toy_config
 

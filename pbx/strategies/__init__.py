@@ -9,7 +9,7 @@ from pbx.errors import UsageError
 from pbx.strategies.base import (Decision, ExploitExplore, Explored, Pending, RoundContext, RunContext, Strategy,
                                  StrategySettings)
 from pbx.strategies.bgpbt import BGPBT, BGPBTSettings
-from pbx.strategies.categorical import CAT_EXPS
+from pbx.strategies.bayes.categorical import CAT_EXPS
 from pbx.strategies.fire import FIRE, FIRESettings
 from pbx.strategies.fixed import Fixed
 from pbx.strategies.ipbt import IPBT, IPBTSettings

@@ -97,7 +97,7 @@ class RunContext:
 
     Given explicitly (:meth:`pbx.config.RunConfig.build_strategy`), so ``decide`` stays a
     function of its arguments and the strategy's construction. EXP3's exploration and
-    share rates need it (:mod:`pbx.strategies.exp3`), and FIRE its members' roles.
+    share rates need it (:mod:`pbx.strategies.bayes.exp3`), and FIRE its members' roles.
     """
 
     rounds: int
@@ -258,26 +258,32 @@ class ExploitExplore(Strategy):
         return {members[r]: members[d] for r, d in self.selection.pairs(scores, rng).items()}
 
     def decisions(self, history: History, space: Space, pairs: Mapping[int, int], rng: np.random.Generator,
-                  fixed: Mapping[int, Decision] | None = None) -> list[Decision]:
-        """One decision per member of the latest round: :meth:`explore` for each recipient in ``pairs`` (in
-        member order), the ``fixed`` decisions as given, and every other member going on as it is."""
+                  fixed: Mapping[int, Decision] | None = None,
+                  sources: Mapping[int, int] | None = None) -> list[Decision]:
+        """One decision per member: :meth:`explore` for each recipient in ``pairs`` (in member order), the
+        ``fixed`` decisions as given, and every other member going on as it is.
+
+        ``sources`` maps each member to the latest round's member whose state it goes on from (default: the
+        latest round's members, each itself); BG-PBT's and IPBT's cut of a larger population maps the population's
+        places to the candidates it kept, and a donor in ``pairs`` is a place, standing for its candidate."""
         fixed = fixed or {}
         latest = history.latest()
-        members = [int(m) for m in latest["member"]]
-        configs = {m: history.config_of(row) for m, (_, row) in zip(members, latest.iterrows())}
+        configs = {int(m): history.config_of(row) for m, (_, row) in zip(latest["member"], latest.iterrows())}
+        sources = sources if sources is not None else {m: m for m in configs}
         round_ = RoundContext(history, space, self.prepare(history, space, len(pairs), rng) if pairs else None,
-                              running=[Pending(m, configs[m]) for m in members if m not in pairs])
+                              running=[Pending(s, configs[s]) for m, s in sources.items() if m not in pairs])
         decisions = []
-        for m in members:
+        for m, source in sources.items():
             if m in fixed:
                 decisions.append(fixed[m])
             elif m not in pairs:
-                decisions.append(Decision(m, m, configs[m]))
+                ops = () if source == m else ("kept: among the best of the larger population",)
+                decisions.append(Decision(m, source, configs[source], ops))
             else:
-                donor = pairs[m]
+                donor = sources[pairs[m]]
                 new, ops, info = self.explore(donor, configs[donor], round_, rng)
                 round_.picks.append(Pending(donor, new))
-                ops = ["tied", *ops] if donor == m else ops
+                ops = ["tied", *ops] if donor == source else ops
                 decisions.append(Decision(m, donor, new, tuple(ops), explored=True, info=info))
         return decisions
 

@@ -9,7 +9,7 @@ around the donor's config (CASMO's, without its categorical half):
 - the GP learns from the improvement rates of the current generation's most recent
   ``window`` intervals (100), rank-transformed to normal scores (a copula, as the
   reference's ``copula_standardize``), with pbx's time-varying kernel over
-  ``(t, R_before, continuous hyperparameters)`` (:mod:`pbx.strategies.gp`);
+  ``(t, R_before, continuous hyperparameters)`` (:mod:`pbx.strategies.bayes.gp`);
 - each pick maximises UCB with ``ucb_kappa`` = 3 (the reference's LCB at beta 3)
   inside a box of side ``L`` centred on the donor's values;
 - ``L`` starts at ``tr_init`` (0.4) in each generation, grows by ``tr_factor``
@@ -45,10 +45,10 @@ from threadpoolctl import threadpool_limits
 from pbx.errors import UsageError
 from pbx.history import History, rank_best_first, skipped
 from pbx.space import Config, Space
-from pbx.strategies.acquisition import Acquisition, Box, perturbed
-from pbx.strategies.base import Decision, Pending, RoundContext
-from pbx.strategies.gp import FALLBACK_NOISE, Posterior, Scale, fit_kernel, quiet
-from pbx.strategies.observations import Intervals, intervals
+from pbx.strategies.bayes.acquisition import Acquisition, Box, perturbed
+from pbx.strategies.base import Decision
+from pbx.strategies.bayes.gp import FALLBACK_NOISE, Posterior, Scale, fit_kernel, quiet
+from pbx.strategies.bayes.observations import Intervals, intervals
 from pbx.strategies.pb2 import MIN_ROWS, PB2, PB2Settings
 from pbx.strategies.pbt import perturb
 from pbx.strategies.selection import Truncation, nan_members
@@ -92,8 +92,8 @@ class GenerationalSettings(PB2Settings):
     """Rounds in a row a generation may stagnate before it restarts (each strategy says what stagnates)."""
     tr_search: str = "perturb"
     """How a pick is searched in the trust region: ``perturb``, the reference's, the best by UCB of 3 points
-    ``donor * U(0.8, 1.2)`` (:func:`~pbx.strategies.acquisition.perturbed`), or ``climb``, pbx's: L-BFGS-B from
-    screened points and the donor's and running members' configs (:func:`~pbx.strategies.acquisition.maximise`,
+    ``donor * U(0.8, 1.2)`` (:func:`~pbx.strategies.bayes.acquisition.perturbed`), or ``climb``, pbx's: L-BFGS-B from
+    screened points and the donor's and running members' configs (:func:`~pbx.strategies.bayes.acquisition.maximise`,
     PB2's search), which finds the acquisition's maximum in the region rather than near the donor."""
     tr_collapse: str = "stay"
     """What a trust region that shrinks to ``tr_min`` does: ``restart``, the original BG-PBT's (``xingchenwan/bgpbt``
@@ -209,22 +209,8 @@ class Generational(PB2):
         """Truncation among the kept members on the round's scores; each recipient copies its donor and
         explores around the donor's config (:meth:`explore`, PB2's with this strategy's region and targets)."""
         rows = history.latest().set_index("member").loc[list(kept.values())].reset_index()
-        configs = {m: history.config_of(row) for m, (_, row) in zip(kept.values(), rows.iterrows())}
         pairs = self.exploit(rows.assign(member=list(kept)), rows["score"].to_numpy(float), rng)
-        round_ = RoundContext(history, space, self.prepare(history, space, len(pairs), rng) if pairs else None,
-                              running=[Pending(source, configs[source]) for m, source in kept.items() if m not in pairs])
-        decisions = []
-        for member, source in kept.items():
-            if member not in pairs:
-                ops = () if source == member else ("kept: among the best of the larger population",)
-                decisions.append(Decision(member, source, configs[source], ops))
-                continue
-            donor = kept[pairs[member]]
-            new, ops, info = self.explore(donor, configs[donor], round_, rng)
-            round_.picks.append(Pending(donor, new))
-            decisions.append(Decision(member, donor, new, tuple(["tied", *ops] if donor == source else ops),
-                                      explored=True, info=info))
-        return decisions
+        return self.decisions(history, space, pairs, rng, sources=kept)
 
     @classmethod
     def exploit_count(cls, quantile: float, pop_size: int) -> int:

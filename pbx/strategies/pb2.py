@@ -7,7 +7,7 @@ PB2 keeps PBT's exploit step and replaces its random explore by a GP bandit.
 Every finished interval of the history is one observation: the input is
 ``(t, R_before, continuous hyperparameters)`` and the target the improvement
 rate ``(R_after - R_before) / steps``. A GP with the time-varying kernel
-(:class:`~pbx.strategies.kernels.TimeVaryingSE`) is fit once per round
+(:class:`~pbx.strategies.bayes.kernels.TimeVaryingSE`) is fit once per round
 (:meth:`PB2.prepare`); each member that copied a donor then gets the config
 maximising UCB at the donor's time and score (:meth:`PB2.explore`). The mean
 comes from the data, the standard deviation from the data plus the pending
@@ -17,7 +17,7 @@ keep running, each at its own time and score, as the PB2 authors' ProcGen code
 does. With one recipient per round (population 4, quantile 0.25: the paper's
 setting) the picks alone leave the pending set empty and the spread never acts.
 
-Categorical hyperparameters follow ``cat_exp`` (:mod:`pbx.strategies.categorical`;
+Categorical hyperparameters follow ``cat_exp`` (:mod:`pbx.strategies.bayes.categorical`;
 Parker-Holder et al., "Tuning Mixed Input Hyperparameters on the Fly for Efficient
 Population Based AutoRL", NeurIPS 2021):
 
@@ -33,23 +33,23 @@ Population Based AutoRL", NeurIPS 2021):
 - ``exp3_indep``: EXP3 picks the category; one GP on every interval, category ignored;
 - ``cocabo`` (PB2-Mix): EXP3 picks the category; one GP over
   ``(t, R_before, categories, continuous)`` with the CoCaBO kernel
-  (:class:`~pbx.strategies.kernels.MixedKernel`), and the acquisition is maximised
+  (:class:`~pbx.strategies.bayes.kernels.MixedKernel`), and the acquisition is maximised
   with the category that will run held fixed. The reference holds the donor's
   category there while returning EXP3's, so its continuous values are tuned for a
   category the member does not run.
 
 A member moving to another category than its donor's, one with few intervals in
-the window (fewer than :data:`~pbx.strategies.acquisition.TRUST_ROWS`), has its
+the window (fewer than :data:`~pbx.strategies.bayes.acquisition.TRUST_ROWS`), has its
 continuous values searched near the donor's
-(:func:`~pbx.strategies.acquisition.search_box`): the GP knows too little of that
+(:func:`~pbx.strategies.bayes.acquisition.search_box`): the GP knows too little of that
 category to send it across the cube.
 
 With too little data (round 0), or when the GP fails numerically, PB2 explores
 as PBT does, as the paper and Ray do; a run never dies of a GP failure.
 
-The GP (:mod:`pbx.strategies.gp`) is fit on the most recent ``fit_rows``
+The GP (:mod:`pbx.strategies.bayes.gp`) is fit on the most recent ``fit_rows``
 intervals and conditions on the whole window; the acquisition and its maximiser
-are :mod:`pbx.strategies.acquisition`. A round with 1000 rows takes about 0.3 s
+are :mod:`pbx.strategies.bayes.acquisition`. A round with 1000 rows takes about 0.3 s
 on 2 cores (``benchmarks/bench_pb2.py``): about half of it the fit, the rest the
 window's kernel matrix, its Cholesky factor and the climbs of the acquisition.
 """
@@ -68,11 +68,11 @@ from threadpoolctl import threadpool_limits
 from pbx.errors import UsageError
 from pbx.history import History
 from pbx.space import Config, Space, shown
-from pbx.strategies.acquisition import Acquisition, Box, kappa, maximise, search_box
+from pbx.strategies.bayes.acquisition import Acquisition, Box, kappa, maximise, search_box
 from pbx.strategies.base import Decision, Explored, RoundContext
-from pbx.strategies.categorical import BANDITS, CAT_EXPS, EXP3_PLAYS, CategoryBandits, config_codes, fixed_values
-from pbx.strategies.gp import FALLBACK_NOISE, Posterior, Scale, fit_kernel, quiet, standardise
-from pbx.strategies.observations import Intervals, intervals
+from pbx.strategies.bayes.categorical import BANDITS, CAT_EXPS, EXP3_PLAYS, CategoryBandits, config_codes, fixed_values
+from pbx.strategies.bayes.gp import FALLBACK_NOISE, Posterior, Scale, fit_kernel, quiet, standardise
+from pbx.strategies.bayes.observations import Intervals, intervals
 from pbx.strategies.pbt import PBT, PBTSettings, perturb
 
 logger = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class PB2Settings(PBTSettings):
     and -0.016 ± 0.011 on 30 other seeds) and the population's final score higher (+349 ± 129)."""
     exp3_plays: str = "all"
     """Which of EXP3's plays (every member's round) are importance-weighted as drawn
-    (:data:`pbx.strategies.categorical.EXP3_PLAYS`): ``all``, as the reference code, or ``drawn``,
+    (:data:`pbx.strategies.bayes.categorical.EXP3_PLAYS`): ``all``, as the reference code, or ``drawn``,
     only those whose category the bandit drew. ``all`` learns the better category faster: in
     ``benchmarks/bench_exp3.py`` (population 4, 20 seeds) it put 0.68 / 0.79 / 0.81 on one better
     category of 4 at 15 / 30 / 60 rounds (``drawn`` 0.51 / 0.71 / 0.80, PB2-Rand 0.60 / 0.63 /
@@ -253,12 +253,12 @@ class PB2(PBT):
         return kappa(rows)
 
     def region(self, donor_unit: np.ndarray, moved: bool, category_rows: int, history: History) -> Box:
-        """Where a member's continuous values are searched (:func:`~pbx.strategies.acquisition.search_box`)."""
+        """Where a member's continuous values are searched (:func:`~pbx.strategies.bayes.acquisition.search_box`)."""
         return search_box(donor_unit, moved, category_rows)
 
     def search(self, acquisition: Acquisition, box: Box, donor_unit: np.ndarray, seeds: np.ndarray,
                rng: np.random.Generator) -> np.ndarray:
-        """The pick in ``box``: :func:`~pbx.strategies.acquisition.maximise` from screened points and ``seeds``
+        """The pick in ``box``: :func:`~pbx.strategies.bayes.acquisition.maximise` from screened points and ``seeds``
         (the donor's config, then the running members')."""
         return maximise(acquisition, box, self.settings.restarts, rng, seeds=seeds)
 

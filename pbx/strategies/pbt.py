@@ -20,7 +20,7 @@ import numpy as np
 from pbx.errors import UsageError
 from pbx.space import Categorical, Config, Integer, Space
 from pbx.strategies.base import ExploitExplore, Explored, RoundContext, StrategySettings
-from pbx.strategies.categorical import canonical_cat_exp, check_space, fixed_values
+from pbx.strategies.bayes.categorical import canonical_cat_exp, check_space, fixed_values
 
 FACTORS = (0.8, 1.2)
 CATEGORICAL_RESAMPLE_PROB = 0.5
@@ -34,7 +34,7 @@ class PBTSettings(StrategySettings):
     resample_prob: float = 0.25
     """Probability that a continuous hyperparameter is redrawn from the prior instead of perturbed."""
     cat_exp: str = "random"
-    """How categorical hyperparameters are explored (``--cat_exp``, :mod:`pbx.strategies.categorical`):
+    """How categorical hyperparameters are explored (``--cat_exp``, :mod:`pbx.strategies.bayes.categorical`):
     ``random`` or ``fixed``; PB2 also ``exp3`` (= ``exp3_dep``), ``exp3_indep`` and ``cocabo``."""
     fixed_cat_val: str | None = None
     """With ``cat_exp fixed``: the choice every categorical hyperparameter that has it is held at (the

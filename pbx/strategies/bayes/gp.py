@@ -3,10 +3,10 @@
 The targets are improvement rates, standardised and clipped (:func:`standardise`);
 the inputs ``(t, R_before[, categories], continuous hyperparameters)``, ``t`` and
 ``R_before`` scaled by their observed range (:class:`Scale`). The kernel
-(:mod:`pbx.strategies.kernels`) is fit on the most recent rows from a fixed start,
+(:mod:`pbx.strategies.bayes.kernels`) is fit on the most recent rows from a fixed start,
 so a resumed run refits the same GP (:func:`fit_kernel`); the posterior then
 conditions on the whole window with one Cholesky factorisation
-(:class:`Posterior`), which the acquisition (:mod:`pbx.strategies.acquisition`)
+(:class:`Posterior`), which the acquisition (:mod:`pbx.strategies.bayes.acquisition`)
 reads at every step.
 """
 
@@ -25,7 +25,7 @@ from scipy import linalg
 from scipy.linalg import blas
 
 if TYPE_CHECKING:
-    from pbx.strategies.kernels import MixedKernel, TimeVaryingSE
+    from pbx.strategies.bayes.kernels import MixedKernel, TimeVaryingSE
 
     Kernel = TimeVaryingSE | MixedKernel
 
@@ -94,7 +94,7 @@ def make_kernel(X: np.ndarray, n_cat: int) -> Kernel:
 
     GPy is imported here, by the first fit, not when PB2 is: it costs about a second at every
     process start (each rank, each command), and runs that never fit a GP should not pay it."""
-    from pbx.strategies.kernels import MixedKernel, TimeVaryingSE
+    from pbx.strategies.bayes.kernels import MixedKernel, TimeVaryingSE
 
     if n_cat:
         return MixedKernel(n_cat, X.shape[1] - 2 - n_cat)

@@ -1,6 +1,6 @@
 """PB2's acquisition: UCB at a donor's time and score, and the search for its maximum.
 
-:class:`Acquisition` reads the posterior of :mod:`pbx.strategies.gp`: the mean of
+:class:`Acquisition` reads the posterior of :mod:`pbx.strategies.bayes.gp`: the mean of
 the GP on the data plus ``kappa`` (:func:`kappa`, the paper's schedule) times the
 standard deviation of the GP that also holds the round's pending points, so one
 round's picks spread out. :func:`maximise` finds its maximum over the unit cube
@@ -17,8 +17,8 @@ import numpy as np
 from scipy import linalg
 from scipy.optimize import minimize
 
-from pbx.strategies.gp import Posterior, cholesky
-from pbx.strategies.sqexp import se_gradient, sq_dist
+from pbx.strategies.bayes.gp import Posterior, cholesky
+from pbx.strategies.bayes.sqexp import se_gradient, sq_dist
 
 SCREEN = 128
 """Random points screened in one vectorised prediction to seed the acquisition optimiser."""

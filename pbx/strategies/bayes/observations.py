@@ -19,7 +19,7 @@ import pandas as pd
 
 from pbx.history import History, skipped
 from pbx.space import Continuous, Space
-from pbx.strategies.categorical import codes
+from pbx.strategies.bayes.categorical import codes
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The squared exponential's distances and input gradient, in numpy.
 
-Shared by PB2's GPy kernels (:mod:`pbx.strategies.kernels`) and its acquisition
-(:mod:`pbx.strategies.acquisition`), and kept apart from the kernels so that
+Shared by PB2's GPy kernels (:mod:`pbx.strategies.bayes.kernels`) and its acquisition
+(:mod:`pbx.strategies.bayes.acquisition`), and kept apart from the kernels so that
 importing the acquisition does not import GPy: GPy (with the matplotlib it pulls
 in) costs about a second at every start, and only a run that fits a GP needs it.
 """

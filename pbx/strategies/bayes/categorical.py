@@ -5,7 +5,7 @@
 - ``fixed``: every categorical hyperparameter is held at one value for the whole
   run: ``--fixed_cat_val`` where it is one of its choices, else the space's default.
 - ``exp3_dep`` (= ``exp3``; PB2-Mult), ``exp3_indep`` and ``cocabo`` (PB2-Mix):
-  TV.EXP3.M (:mod:`pbx.strategies.exp3`) picks the categories, one bandit per
+  TV.EXP3.M (:mod:`pbx.strategies.bayes.exp3`) picks the categories, one bandit per
   categorical hyperparameter, its arms the choices. They differ in PB2's GP
   (see :mod:`pbx.strategies.pb2`).
 
@@ -26,7 +26,7 @@ import numpy as np
 
 from pbx.errors import UsageError
 from pbx.space import Categorical, Config, Space, Value
-from pbx.strategies.exp3 import Exp3M, Play, exp3m_gamma
+from pbx.strategies.bayes.exp3 import Exp3M, Play, exp3m_gamma
 
 CAT_EXPS = ("random", "fixed", "exp3_dep", "exp3_indep", "cocabo")
 """The ``--cat_exp`` values (the reference code's names)."""

@@ -34,7 +34,7 @@ from GPy.kern import Kern
 from paramz.caching import Cache_this
 from paramz.transformations import Logexp, Logistic
 
-from pbx.strategies.sqexp import se_gradient, sq_dist
+from pbx.strategies.bayes.sqexp import se_gradient, sq_dist
 
 LENGTHSCALE_BOUNDS = (1e-5, 1.0)
 EPSILON_BOUNDS = (0.0, 0.5)
@@ -95,7 +95,7 @@ class TimeVaryingSE(Kern):
 
     @property
     def signal_variances(self) -> list[Param]:
-        """The parameters that scale ``k(x, x)``, which :func:`pbx.strategies.gp.fit_kernel` may cap."""
+        """The parameters that scale ``k(x, x)``, which :func:`pbx.strategies.bayes.gp.fit_kernel` may cap."""
         return [self.variance]
 
     def summary(self) -> dict[str, float]:

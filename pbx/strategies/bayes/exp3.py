@@ -30,7 +30,7 @@ Where this departs from the PB2 authors' code (``exp3.py``, ``deep_round.py``):
   multiplied by ``B``, so each play moves the weights ``1/B`` of Exp3.M's step;
   here every play is Exp3.M's step. The reference weighs every play as drawn,
   and so does the default, ``exp3_plays: all``; ``drawn`` weighs a member that
-  kept running at chance 1 (:data:`pbx.strategies.categorical.EXP3_PLAYS`).
+  kept running at chance 1 (:data:`pbx.strategies.bayes.categorical.EXP3_PLAYS`).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class Exp3M:
     :class:`Play`, each its own update as in the reference code, a drawn one weighed
     by its arm's probability under ``plays`` draws (at most ``K - 1``, so that not every
     arm is certain and the weights keep learning). Which intervals count as drawn is
-    the caller's choice (:data:`pbx.strategies.categorical.EXP3_PLAYS`).
+    the caller's choice (:data:`pbx.strategies.bayes.categorical.EXP3_PLAYS`).
     """
 
     arms: int
