@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pandas as pd
 
 from pbx.export import export
-from pbx.history import member_row
+from pbx.standings import member_row
 from pbx.reporting.build import Options, generate
 from pbx.runners.start import Setup, config_layers, launch, new_run, resumed_run
 from pbx.settings import RunSettings

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import pandas as pd
 from tqdm import tqdm
 
-from pbx.history import best_rows
+from pbx.standings import best_rows
 from pbx.strategies import Decision
 
 

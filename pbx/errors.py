@@ -22,7 +22,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def add_member_option(self) -> None:
         """``--member M``, for commands that pick one member of a finished run
-        (:func:`pbx.history.member_row`)."""
+        (:func:`pbx.standings.member_row`)."""
         self.add_argument("--member", default="best", metavar="M",
                           help="member id, or best: the best member (train score) of the last finished round "
                                "(default), or kept: the best of that member and each generation's best, kept at "

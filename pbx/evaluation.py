@@ -1,9 +1,9 @@
 """Scoring a trained member's checkpoint, and recording it playing (``python -m pbx.evaluate``).
 
 The checkpoint is a member's file of the run's last finished round; ``best`` is
-that round's best member on *train* score (:func:`pbx.history.best_rows`: the
+that round's best member on *train* score (:func:`pbx.standings.best_rows`: the
 test set never selects), and ``kept`` the best of it and each generation's best
-that a restart kept (:func:`pbx.history.member_row`). The member is rebuilt from the run's ``config.yaml``
+that a restart kept (:func:`pbx.standings.member_row`). The member is rebuilt from the run's ``config.yaml``
 and loads the file as a donor's (``own=False``: the policy, not the training
 envs), then plays through its own :meth:`~pbx.members.ppo.ppo.PPOMember.play`, the
 code behind its test score each round: on the test levels (ProcGen's
@@ -31,7 +31,8 @@ from pbx.console import counted, format_score
 from pbx.envs import is_procgen
 from pbx.errors import UsageError
 from pbx.files import durable_write
-from pbx.history import member_row, restart_marks
+from pbx.history import restart_marks
+from pbx.standings import member_row
 from pbx.members import MemberContext
 from pbx.reporting.runs import load_run
 from pbx.rollout import Played

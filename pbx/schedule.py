@@ -33,7 +33,8 @@ import pandas as pd
 from pbx.config import RunConfig, resolve
 from pbx.settings import load_yaml
 from pbx.errors import UsageError
-from pbx.history import BASE_COLUMNS, RESULT_ROLE, History, complete_rounds, member_row, read_csv, results
+from pbx.history import BASE_COLUMNS, RESULT_ROLE, History, complete_rounds, read_csv
+from pbx.standings import member_row, results
 from pbx.plan import Plan, Rules
 from pbx.run_dir import RunDir
 from pbx.space import Config

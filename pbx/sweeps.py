@@ -57,7 +57,8 @@ from pbx.settings import parse_override
 from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.fingerprint import changed_keys, differing_keys
-from pbx.history import best_rows, complete_rounds, read_csv, restart_marks
+from pbx.history import complete_rounds, read_csv, restart_marks
+from pbx.standings import best_rows
 from pbx.run_dir import RunDir, folder_part
 from pbx.runners.start import announce_run, exit_code, launch, new_run, rank_layers, resumed_run
 from pbx.slurm import SlurmSettings, slurm_settings

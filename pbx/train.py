@@ -27,7 +27,8 @@ import sys
 from typing import Sequence
 
 from pbx.errors import ArgumentParser, UsageError, command_parser
-from pbx.history import History, best_rows
+from pbx.history import History
+from pbx.standings import best_rows
 from pbx.run_dir import RunDir
 from pbx.runners.mpi import world
 from pbx.runners.start import RESUMABLE, config_layers, exit_code, follow_run, launch, new_run, resumed_run

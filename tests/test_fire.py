@@ -15,7 +15,8 @@ import pytest
 from pbx import train
 from pbx.curves import read_curves
 from pbx.errors import UsageError
-from pbx.history import History, Row, best_rows, read_csv
+from pbx.history import History, Row, read_csv
+from pbx.standings import best_rows
 from pbx.members.base import MemberContext
 from pbx.members.toys.deceptive import DeceptiveToyMember, DeceptiveToySettings, target
 from pbx.runners.start import launch, new_run

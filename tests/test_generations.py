@@ -6,24 +6,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from pbx.errors import UsageError
 from pbx.evaluation import find_target
-from pbx.history import Row, best_rows, generation_ends, member_row, read_csv
-from pbx.members import MemberContext, algo_class
+from pbx.history import read_csv
 from pbx.run_dir import RunDir
-from pbx.strategies.generations import copula
+from pbx.standings import best_rows, generation_ends, member_row
 from pbx.train import main as train_main
 from conftest import kill_after, run_toy, start_train, toy_config
-from test_mpi import history, mpiexec, train
+from test_mpi import history, mpiexec
 
 IPBT_TOY = ("--env", "toy", "--search", "IPBT", "--seed", "0")
 

@@ -7,7 +7,8 @@ import pytest
 
 from pbx.curves import read_curves
 from pbx.errors import UsageError
-from pbx.history import BASE_COLUMNS, History, HistoryLog, Row, best_rows, member_row, read_csv, skipped
+from pbx.history import BASE_COLUMNS, History, HistoryLog, Row, read_csv, skipped
+from pbx.standings import best_rows, member_row
 from pbx.space import Categorical, Continuous, Integer, Space
 
 SPACE = Space({"h0": Continuous(0.0, 1.0), "lr": Continuous(0.0, 1.0), "aug": Categorical(("crop", "flip"))})

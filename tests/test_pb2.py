@@ -13,7 +13,8 @@ from scipy import linalg
 from scipy.optimize import minimize
 
 from pbx.errors import UsageError
-from pbx.history import History, Row, rank_best_first
+from pbx.history import History, Row
+from pbx.standings import rank_best_first
 from pbx.space import Categorical, Config, Continuous, Integer, Space
 from pbx.strategies import pb2
 from pbx.strategies.bayes import acquisition, gp

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from pbx.errors import UsageError
-from pbx.history import EVALUATOR_ROLE, RESULT_ROLE, History, HistoryLog, Row, best_rows
+from pbx.history import EVALUATOR_ROLE, RESULT_ROLE, History, HistoryLog, Row
+from pbx.standings import best_rows
 from pbx.report import main
 from pbx.reporting import LAST_K, default_out, headline, load_run, member_kind, run_labels
 from pbx.reporting.plots import _schedule_axis

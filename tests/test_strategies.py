@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from pbx.errors import UsageError
-from pbx.history import History, rank_best_first
+from pbx.history import History
+from pbx.standings import rank_best_first
 from pbx.plan import Rules
 from pbx.space import Categorical, Continuous, Integer, Space
 from pbx.strategies import STRATEGIES, ExploitExplore, RunContext, Truncation, WinnerTakesAll, make_selection

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pbx.history import best_rows, generation_ends, member_row
+from pbx.standings import best_rows, generation_ends, member_row
 from pbx.reporting.plots import plot_member_scores, plot_schedules
 from pbx.reporting.runs import Run
 from pbx.reporting.scores import FINAL_SCORE_NOTE, LAST_K, headline

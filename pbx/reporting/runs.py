@@ -2,7 +2,7 @@
 
 Everything comes from ``config.yaml`` and ``history.csv`` (and ``curves.csv`` when the run kept one), so a report can be made
 while a run is still going (a partly written last round is left out). Which rows
-are results is decided in one place, :func:`pbx.history.results`: a population may
+are results is decided in one place, :func:`pbx.standings.results`: a population may
 hold members whose scores are not results (FIRE-PBT's evaluators), and every score
 a report shows, the best member included, is taken from :attr:`Run.results`.
 """
@@ -19,7 +19,8 @@ import pandas as pd
 from pbx.config import StoredRun
 from pbx.curves import read_curves
 from pbx.errors import UsageError
-from pbx.history import complete_rounds, read_csv, restart_marks, results
+from pbx.history import complete_rounds, read_csv, restart_marks
+from pbx.standings import results
 from pbx.run_dir import RunDir
 from pbx.space import Categorical, Space
 from pbx.yaml_files import read_yaml
@@ -41,7 +42,7 @@ class Run:
 
     @property
     def results(self) -> pd.DataFrame:
-        """The rows whose scores are results (:func:`pbx.history.results`)."""
+        """The rows whose scores are results (:func:`pbx.standings.results`)."""
         return results(self.frame)
 
     @property

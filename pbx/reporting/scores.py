@@ -1,7 +1,7 @@
 """What a run scored: its headline numbers, and the one score statistics are computed on (``--score``).
 
 The *best member* of a round is the one with the best train score (NaN ranks
-last, ties go to a row whose own round earned its score, then to the lowest member id: :func:`pbx.history.best_rows`).
+last, ties go to a row whose own round earned its score, then to the lowest member id: :func:`pbx.standings.best_rows`).
 Test scores are those of that member: the test set never selects. Each run has
 three headline numbers, each as (train, test), and every statistic can be
 computed on any of them (:data:`SCORES`):
@@ -10,7 +10,7 @@ computed on any of them (:data:`SCORES`):
 - ``population``: the mean over all members in the last round;
 - ``last-k``: the mean of the best member's scores over the last k rounds;
 - ``kept``: BG-PBT's and IPBT's answer, the best on train score of the last round's best member and each
-  generation's best, kept at the restart that ended it (:func:`pbx.history.member_row`); for a strategy
+  generation's best, kept at the restart that ended it (:func:`pbx.standings.member_row`); for a strategy
   that never restarts, ``best``;
 - ``area`` and ``population-area``: the best member's and the population mean's scores over the whole run,
   each round weighted by the env steps it trained (the area under the curve per step). Where the final
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pbx.history import best_rows, member_row
+from pbx.standings import best_rows, member_row
 from pbx.reporting.runs import Run
 
 LAST_K = 5

@@ -22,7 +22,8 @@ import pandas as pd
 from pbx.config import RunConfig
 from pbx.console import Console, round_line
 from pbx.files import append_csv, fsync_dir
-from pbx.history import History, HistoryLog, Row, best_rows, restart_marks, steps_trained
+from pbx.history import History, HistoryLog, Row, restart_marks, steps_trained
+from pbx.standings import best_rows
 from pbx.run_dir import RunDir
 from pbx.space import Categorical, Config
 from pbx.strategies import Decision, Strategy

@@ -38,7 +38,8 @@ from typing import Callable, Collection, ContextManager, Mapping, Sequence, Type
 
 from pbx.config import RunConfig
 from pbx.errors import UsageError
-from pbx.history import History, Row, best_rows
+from pbx.history import History, Row
+from pbx.standings import best_rows
 from pbx.plan import Plan
 from pbx.run_dir import RunDir
 from pbx.runners.common import RunRecorder, eval_seed, initial_configs, round_rng, torch_state_kept

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pbx.errors import UsageError
-from pbx.history import History, rank_best_first
+from pbx.history import History
+from pbx.standings import rank_best_first
 from pbx.space import Space
 from pbx.strategies.base import Decision
 from pbx.strategies.generations import Generational, GenerationalSettings, generation_start

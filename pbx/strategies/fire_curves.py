@@ -14,7 +14,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy.stats import binomtest
 
-from pbx.history import EVALUATOR_ROLE, RESULT_ROLE, History, rank_best_first
+from pbx.history import EVALUATOR_ROLE, RESULT_ROLE, History
+from pbx.standings import rank_best_first
 
 
 class Evaluation(NamedTuple):

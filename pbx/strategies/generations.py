@@ -43,7 +43,8 @@ from scipy.stats import norm, rankdata
 from threadpoolctl import threadpool_limits
 
 from pbx.errors import UsageError
-from pbx.history import History, rank_best_first, skipped
+from pbx.history import History, skipped
+from pbx.standings import rank_best_first
 from pbx.space import Config, Space
 from pbx.strategies.bayes.acquisition import Acquisition, Box, perturbed
 from pbx.strategies.base import Decision

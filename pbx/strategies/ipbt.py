@@ -38,7 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pbx.errors import UsageError
-from pbx.history import History, rank_best_first, restart_marks
+from pbx.history import History, restart_marks
+from pbx.standings import rank_best_first
 from pbx.space import Space
 from pbx.strategies.base import Decision, WeightReset
 from pbx.strategies.generations import Generational, GenerationalSettings, generation_start

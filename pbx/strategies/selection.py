@@ -1,6 +1,6 @@
 """Exploit step: which members copy whom.
 
-Members are ranked by :func:`pbx.history.rank_best_first` (NaN last, ties in
+Members are ranked by :func:`pbx.standings.rank_best_first` (NaN last, ties in
 member order). Copying needs information, so every rule follows one policy:
 
 - a NaN member (diverged, or no score yet; a round without an episode to score carries the last one,
@@ -30,7 +30,7 @@ from typing import ClassVar
 import numpy as np
 
 from pbx.errors import UsageError
-from pbx.history import rank_best_first
+from pbx.standings import rank_best_first
 
 TIED = ("keep", "explore")
 

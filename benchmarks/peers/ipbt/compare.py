@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from pbx.history import generation_ends, member_row, read_csv
+from pbx.history import read_csv
+from pbx.standings import generation_ends, member_row
 from pbx.reporting.stats import AGGREGATES, interval_estimates, probability_of_improvement
 from pbx.reporting.tables import markdown_table
 
