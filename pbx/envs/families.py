@@ -26,6 +26,7 @@ from typing import Any, Callable
 import gymnasium
 from stable_baselines3.common.vec_env import VecEnv
 
+from pbx.envs.atari import make_atari_env
 from pbx.envs.gym import env_spec, is_registered, make_gym_env
 from pbx.envs.procgen import GAMES, ProcgenVecEnv
 from pbx.errors import UsageError
@@ -90,10 +91,12 @@ CLASSIC = Family("classic control", in_module("gymnasium.envs.classic_control"),
 BOX2D = Family("Box2D", in_module("gymnasium.envs.box2d"), _gym(False), resume="restart", extra="box2d",
                simulator="Box2D")
 MUJOCO = Family("MuJoCo", in_module("gymnasium.envs.mujoco"), _gym(True), extra="mujoco", simulator="mujoco")
+ATARI = Family("Atari", in_module("ale_py"), make_atari_env, extra="atari", simulator="ale_py")
+"""gymnasium's ``ALE/<Game>-v5`` ids with SB3's Atari wrappers and 4 stacked frames (:mod:`pbx.envs.atari`)."""
 OTHER = Family("gymnasium", is_registered, _gym(False), resume="restart")
 """Any other registered gymnasium id; its envs may hold handles a pickle loses, so a resume restarts them."""
 
-FAMILIES: tuple[Family, ...] = (PROCGEN, CLASSIC, BOX2D, MUJOCO, OTHER)
+FAMILIES: tuple[Family, ...] = (PROCGEN, CLASSIC, BOX2D, MUJOCO, ATARI, OTHER)
 """Every task family, asked in this order: the catch-all :data:`OTHER` last."""
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
-from pbx.envs.families import BOX2D, CLASSIC, MUJOCO, OTHER  # isort: skip
+from pbx.envs.families import ATARI, BOX2D, CLASSIC, MUJOCO, OTHER  # isort: skip
 from stable_baselines3 import A2C
 
 from pbx.members.sb3.agent import AgentDefaults
@@ -73,6 +73,10 @@ class A2CMember(SB3Member):
         # rl-zoo's MuJoCo defaults: SB3's A2C with normalised observations and rewards
         MUJOCO.name: AgentDefaults("a2c.yaml", {"n_envs": 1, "normalize_obs": True, "normalize_reward": True},
                                    _CONTINUOUS_RUN),
+        # rl-zoo's atari row (16 envs x 5 steps, ent_coef 0.01 in the space, vf_coef 0.25) over its 10M steps, less
+        # its TF-like RMSprop (SB3's RMSprop, eps 1e-5)
+        ATARI.name: AgentDefaults("a2c_atari.yaml", {"n_envs": 16, "vf_coef": 0.25},
+                                  {"t_ready": 250_000, "max_budget": 10_000_000}),
         # any other gymnasium id: classic control's
         OTHER.name: _CLASSIC,
     }

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Mapping
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
 from pbx.envs import StatefulVecEnv, make_env  # isort: skip
-from pbx.envs.families import BOX2D, CLASSIC, MUJOCO, OTHER, PROCGEN  # isort: skip
+from pbx.envs.families import ATARI, BOX2D, CLASSIC, MUJOCO, OTHER, PROCGEN  # isort: skip
 from gymnasium import spaces
 from stable_baselines3.common.utils import FloatSchedule
 
@@ -58,6 +58,12 @@ DEFAULTS: dict[str, AgentDefaults] = {
     CLASSIC.name: _CLASSIC,
     BOX2D.name: _CONTROL,
     MUJOCO.name: _CONTROL,
+    # rl-zoo's atari row (8 envs x 128 steps, 4 epochs, minibatch 256, lr 2.5e-4 and clip 0.1 in the space, SB3's
+    # loss and Nature CNN, no normalisation: AtariWrapper clips rewards) over its 10M steps, an exploit every 250k
+    ATARI.name: AgentDefaults("ppo_atari.yaml", {
+        "value_loss": "sb3", "clip_range_vf": None, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 4,
+        "gamma": 0.99, "normalize_reward": False, "normalize_gamma": None, "eval_episodes": 10},
+        {"t_ready": 250_000, "max_budget": 10_000_000}, image_policy="CnnPolicy"),
     # any other gymnasium id: classic control's
     OTHER.name: _CLASSIC,
 }
