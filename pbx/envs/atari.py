@@ -9,7 +9,10 @@ stacked, as rl-zoo's ``atari`` rows do (``env_wrapper: AtariWrapper``, ``frame_s
 
 The state of each env is the emulator's (``cloneState(include_rng=True)``: RAM, frame counters,
 the sticky-action RNG) plus what the Python wrappers hold (the no-op RNG, the frame buffers, the
-lives left, the episode sums), and the frame stack's frames: a resumed run continues bit for bit.
+lives left, the episode sums), and the frame stack's frames. What ALE's state leaves out is the TIA's two frame
+buffers, which a game repaints only in part (Arcade-Learning-Environment PR #739): the game continues exactly, but
+the first frames after a restore can differ where the old buffers show through, and so can the updates they feed
+(a Pong member in ``tests/test_atari.py``: 6 frames, weights 1e-5 apart a round later).
 """
 
 from __future__ import annotations
