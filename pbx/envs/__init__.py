@@ -22,15 +22,16 @@ with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
 
 import gymnasium  # noqa: E402
 
+from pbx.envs.atari import AtariVecEnv
 from pbx.envs.families import FAMILIES, Family, check_installed, family
 from pbx.envs.gym import GymVecEnv, is_registered
 from pbx.envs.procgen import DISTRIBUTION_MODES, GAMES, ProcgenVecEnv
 from pbx.errors import UsageError
 
-__all__ = ["DISTRIBUTION_MODES", "FAMILIES", "GAMES", "Family", "GymVecEnv", "ProcgenVecEnv", "StatefulVecEnv",
-           "check_env", "family", "is_known", "is_procgen", "make_env", "observation_and_action_spaces"]
+__all__ = ["DISTRIBUTION_MODES", "FAMILIES", "GAMES", "AtariVecEnv", "Family", "GymVecEnv", "ProcgenVecEnv",
+           "StatefulVecEnv", "check_env", "family", "is_known", "is_procgen", "make_env", "observation_and_action_spaces"]
 
-StatefulVecEnv = ProcgenVecEnv | GymVecEnv
+StatefulVecEnv = ProcgenVecEnv | GymVecEnv | AtariVecEnv
 
 
 def is_procgen(env: str) -> bool:
@@ -49,8 +50,7 @@ def is_known(env: str) -> bool:
 def check_env(env: str) -> None:
     """Raise :class:`UsageError` unless a task family holds ``env`` (:func:`family`) and, for a gymnasium id,
     its simulator is installed (else the message names the pip command)."""
-    family(env)
-    if is_registered(env):
+    if is_registered(env) or family(env).extra is not None:
         check_installed(env)
 
 

@@ -91,8 +91,10 @@ CLASSIC = Family("classic control", in_module("gymnasium.envs.classic_control"),
 BOX2D = Family("Box2D", in_module("gymnasium.envs.box2d"), _gym(False), resume="restart", extra="box2d",
                simulator="Box2D")
 MUJOCO = Family("MuJoCo", in_module("gymnasium.envs.mujoco"), _gym(True), extra="mujoco", simulator="mujoco")
-ATARI = Family("Atari", in_module("ale_py"), make_atari_env, extra="atari", simulator="ale_py")
-"""gymnasium's ``ALE/<Game>-v5`` ids with SB3's Atari wrappers and 4 stacked frames (:mod:`pbx.envs.atari`)."""
+ATARI = Family("Atari", lambda env: env.startswith("ALE/") or in_module("ale_py")(env), make_atari_env,
+               extra="atari", simulator="ale_py")
+"""gymnasium's ``ALE/<Game>-v5`` ids with SB3's Atari wrappers and 4 stacked frames (:mod:`pbx.envs.atari`); an
+``ALE/`` id is Atari's before ale-py, which registers it, is installed (so a missing ale-py names its extra)."""
 OTHER = Family("gymnasium", is_registered, _gym(False), resume="restart")
 """Any other registered gymnasium id; its envs may hold handles a pickle loses, so a resume restarts them."""
 
@@ -115,16 +117,21 @@ def family(env: str) -> Family:
 
 
 def check_installed(env_id: str) -> None:
-    """Raise :class:`UsageError` naming the pip command when ``env_id``'s simulator is not installed.
+    """Raise :class:`UsageError` naming the pip command when the simulator of ``env_id`` (an id a family holds) is not
+    installed.
 
     Importing the entry point's module is what fails without it (gymnasium raises
     ``DependencyNotInstalled`` there), so the check costs no env.
     """
+    task = family(env_id)
+    if not is_registered(env_id):  # an id its family knows by name, which its simulator registers (ALE/: ale-py)
+        if task.extra is not None:
+            raise UsageError(f'{env_id} needs {task.name}, which is not installed: pip install "pbx[{task.extra}]"')
+        return
     module = entry_module(env_id)
     try:
         importlib.import_module(module)
     except (gymnasium.error.DependencyNotInstalled, ImportError) as err:
-        task = family(env_id)
         fix = (f'pip install "pbx[{task.extra}]"' if task.extra is not None
                else f"install what it needs ({_first_line(err)})")
         raise UsageError(f"{env_id} needs {task.name}, which is not installed: {fix}") from None
