@@ -36,7 +36,7 @@ from bench_overhead import Row, train_side_by_side  # noqa: E402
 from stable_baselines3 import A2C, DQN, SAC, TD3  # noqa: E402
 from stable_baselines3.common.noise import NormalActionNoise  # noqa: E402
 
-from pbx.members.a2c import A2CMember, A2CSettings  # noqa: E402
+from pbx.members.a2c.a2c import A2CMember, A2CSettings  # noqa: E402
 from pbx.members.base import MemberContext  # noqa: E402
 from pbx.members.offpolicy.dqn import DQNMember, DQNSettings  # noqa: E402
 from pbx.members.offpolicy.replay_store import FIELDS, put_rows  # noqa: E402

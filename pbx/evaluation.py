@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from pbx.config import RunConfig, resolve
 from pbx.console import counted, format_score
-from pbx.envs import is_procgen
+from pbx.envs import family
 from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.history import restart_marks
@@ -236,7 +236,7 @@ def result_path(target: Target, levels: str, seed: int) -> Path:
 def describe(target: Target, levels: str, episodes: int, seed: int) -> str:
     """``member 2 of runs/X after round 50 (25,000,000 steps): 100 episodes on test levels (unrestricted), seed 0``."""
     cfg = target.cfg
-    if not is_procgen(cfg.run.env):
+    if not family(cfg.run.env).levels:
         where = f"{cfg.run.env} (one distribution: train and test levels are the same)"
     elif levels == "test":
         where = "test levels (unrestricted, num_levels=0)"

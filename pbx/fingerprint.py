@@ -48,8 +48,6 @@ LIBRARIES, LIBRARIES_CONTINUED = "libraries", "libraries_continued"
 
 SB3_LIBRARIES = ("numpy", "torch", "gymnasium", "stable_baselines3")
 """The libraries an SB3 member computes with (by import name): its arrays, its networks, its envs, its agent."""
-SIMULATORS = {"ProcGen": "procgen", "Box2D": "Box2D", "MuJoCo": "mujoco"}
-"""The simulator each task family steps (:class:`pbx.envs.Family` name -> import name)."""
 TOYS = (*TOY_ENVS, "toy-deceptive")
 """The toys (:mod:`pbx.members.toys.toy`, :mod:`pbx.members.toys.deceptive`): NumPy only."""
 
@@ -152,14 +150,14 @@ def env_sources(env: str) -> tuple[list[tuple[str, Path]], list[str]]:
 def libraries(env: str, installed: Iterable[str] = ()) -> dict[str, str]:
     """The versions of the libraries that compute a run's numbers on ``env`` (import name -> version): NumPy
     for a toy; for any other run SB3's stack (:data:`SB3_LIBRARIES`), the simulator of the env's family
-    (:data:`SIMULATORS`) and the ``installed`` modules that define the env (:func:`env_sources`)."""
+    (:attr:`pbx.envs.Family.simulator`) and the ``installed`` modules that define the env (:func:`env_sources`)."""
     if env in TOYS:
         return {"numpy": _version("numpy")}
-    from pbx.envs import family, is_procgen, is_registered
+    from pbx.envs import family, is_known
 
     names = list(SB3_LIBRARIES)
-    if is_procgen(env) or is_registered(env):  # not a member's own env (pbx.members.register)
-        simulator = SIMULATORS.get(family(env).name)
+    if is_known(env):  # not a member's own env (pbx.members.register)
+        simulator = family(env).simulator
         names += [simulator] if simulator is not None else []
     return {name: _version(name) for name in dict.fromkeys([*names, *installed])}
 

@@ -163,7 +163,7 @@ def test_a_restart_keeps_the_optimizer_state_as_ipbts_reference_unless_told() ->
 
 
 def test_a2c_trains_with_the_values_apply_set() -> None:
-    from pbx.members.a2c import A2CMember, A2CSettings
+    from pbx.members.a2c.a2c import A2CMember, A2CSettings
 
     member = _member(A2CMember, A2CSettings(n_envs=2, net_arch=[16, 16]), "CartPole-v1")
     member.train(40)
@@ -287,7 +287,7 @@ def test_the_memory_check_counts_a_larger_first_population(search: str, members:
     (["--algo", "sac", "--env", "CartPole-v1"], "use --algo ppo, a2c or dqn"),
     (["--algo", "td3", "--env", "CartPole-v1"], "--algo td3 cannot act in CartPole-v1's action space Discrete(2)"),
     (["--algo", "ddpg", "--env", "Pendulum-v1"], "unknown --algo 'ddpg': use one of ppo, a2c, sac, td3, dqn"),
-    (["--algo", "sac", "--env", "bigfish"], "bigfish is a ProcGen game, which pbx trains with PPO"),
+    (["--algo", "sac", "--env", "bigfish"], "--algo sac has no defaults for the ProcGen family (bigfish)"),
     (["--algo", "sac", "--env", "toy"], "--algo sac trains an SB3 agent on a gymnasium id; toy trains its own"),
     (["--algo", "sac", "--env", "Pendulum-v1", "-m", "clip_range=0.2"], "unknown key 'clip_range'"),
     (["--algo", "sac", "--env", "Pendulum-v1", "-m", "buffer_size=100000000000"],

@@ -161,6 +161,7 @@ def test_a_killed_bipedalwalker_pb2_run_restarts_its_episodes_and_completes(tmp_
 @pytest.mark.parametrize("hidden, env, fix", [
     ("Box2D", "BipedalWalker-v3", 'BipedalWalker-v3 needs Box2D, which is not installed: pip install "pbx[box2d]"'),
     ("mujoco", "Hopper-v5", 'Hopper-v5 needs MuJoCo, which is not installed: pip install "pbx[mujoco]"'),
+    ("ale_py", "ALE/Pong-v5", 'ALE/Pong-v5 needs Atari, which is not installed: pip install "pbx[atari]"'),
 ])
 def test_a_missing_simulator_is_one_line_naming_the_pip_command(tmp_path, hidden: str, env: str, fix: str) -> None:
     # The package made unimportable, as on a machine without the extra.

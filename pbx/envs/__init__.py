@@ -8,6 +8,7 @@ family allows it (:mod:`pbx.envs.families`) save and restore their full state
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import warnings
 
@@ -19,60 +20,68 @@ with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
     import gym  # noqa: F401
     import procgen  # noqa: F401
 
-from pbx.envs.families import PROCGEN, Family, check_installed, gym_family
-from pbx.envs.gym import GymVecEnv, is_registered, make_gym_env, observation_and_action_spaces
+import gymnasium  # noqa: E402
+
+from pbx.envs.atari import AtariVecEnv
+from pbx.envs.families import FAMILIES, Family, check_installed, family
+from pbx.envs.gym import GymVecEnv, is_registered
 from pbx.envs.procgen import DISTRIBUTION_MODES, GAMES, ProcgenVecEnv
 from pbx.errors import UsageError
 
-__all__ = ["DISTRIBUTION_MODES", "GAMES", "Family", "GymVecEnv", "ProcgenVecEnv", "StatefulVecEnv", "check_env",
-           "family", "is_procgen", "make_env", "observation_and_action_spaces"]
+__all__ = ["DISTRIBUTION_MODES", "FAMILIES", "GAMES", "AtariVecEnv", "Family", "GymVecEnv", "ProcgenVecEnv",
+           "StatefulVecEnv", "check_env", "family", "is_known", "is_procgen", "make_env", "observation_and_action_spaces"]
 
-StatefulVecEnv = ProcgenVecEnv | GymVecEnv
+StatefulVecEnv = ProcgenVecEnv | GymVecEnv | AtariVecEnv
 
 
 def is_procgen(env: str) -> bool:
     return env in GAMES
 
 
-def family(env: str) -> Family:
-    """The task family of ``env``, a ProcGen game or a registered gymnasium id (:func:`check_env`)."""
-    return PROCGEN if is_procgen(env) else gym_family(env)
+def is_known(env: str) -> bool:
+    """Whether a task family holds ``env`` (not a member's own env, :func:`pbx.members.register`)."""
+    try:
+        family(env)
+    except UsageError:
+        return False
+    return True
 
 
 def check_env(env: str) -> None:
-    """Raise :class:`UsageError` unless ``env`` is a ProcGen game or a registered gymnasium id whose simulator
-    is installed (else the message names the pip command)."""
-    if is_procgen(env):
-        return
-    if not is_registered(env):
-        module, _, name = env.rpartition(":")
-        if module:
-            raise UsageError(f"unknown env {env!r}: {module} imports, but registers no {name} with gymnasium "
-                             f"(gymnasium.register({name!r}, entry_point=...) in it)")
-        raise UsageError(f"unknown env {env!r}: use a ProcGen game ({', '.join(GAMES)}), a registered gymnasium "
-                         f"id such as CartPole-v1 or BipedalWalker-v3, or module:Name-v0 for an env that module "
-                         f"registers")
-    check_installed(env)
+    """Raise :class:`UsageError` unless a task family holds ``env`` (:func:`family`) and, for a gymnasium id,
+    its simulator is installed (else the message names the pip command)."""
+    if is_registered(env) or family(env).extra is not None:
+        check_installed(env)
 
 
-def make_env(env: str, n_envs: int, seed: int, *, num_levels: int = 0, start_level: int = 0,
+def make_env(env: str, n_envs: int, seed: int, *, train: bool = True, num_levels: int = 0, start_level: int = 0,
              distribution_mode: str = "easy", num_threads: int = 0, render: bool = False) -> StatefulVecEnv:
-    """Build ``n_envs`` copies of ``env``, seeded from ``seed``.
+    """Build ``n_envs`` copies of ``env`` with its family's wrappers, seeded from ``seed``.
 
     Args:
-        env: a ProcGen game or a gymnasium id (see :func:`check_env`).
+        env: an id a task family holds (see :func:`check_env`).
         n_envs: number of envs stepped together.
         seed: a non-negative seed; the same seed gives the same levels and episodes.
-        num_levels: ProcGen's number of levels (0 = unrestricted, the test distribution).
-        start_level: ProcGen's first level seed.
+        train: the envs a member trains on (ProcGen's training levels, ``num_levels`` from ``start_level``);
+            False: those its test episodes play (ProcGen's unrestricted distribution).
+        num_levels: ProcGen's number of training levels (0 = unrestricted).
+        start_level: ProcGen's first training level seed.
         distribution_mode: ProcGen's difficulty (one of :data:`DISTRIBUTION_MODES`).
         num_threads: ProcGen's worker threads (0 = step in the calling thread).
         render: gymnasium envs render frames (``render_mode="rgb_array"``; a ProcGen observation is its frame).
 
-    The ProcGen-only arguments are ignored for gymnasium ids.
+    A family ignores the arguments it has no use for.
     """
-    if is_procgen(env):
-        # ProcGen's rand_seed is a C int
-        return ProcgenVecEnv(env, n_envs, seed % 2**31, num_levels=num_levels, start_level=start_level,
-                             distribution_mode=distribution_mode, num_threads=num_threads)
-    return make_gym_env(env, n_envs, seed, render=render, saves_state=family(env).resume == "exact")
+    return family(env).build(env, n_envs, seed, train=train, num_levels=num_levels, start_level=start_level,
+                             distribution_mode=distribution_mode, num_threads=num_threads, render=render)
+
+
+@functools.lru_cache(maxsize=None)
+def observation_and_action_spaces(env: str) -> tuple[gymnasium.Space, gymnasium.Space]:
+    """The observation and action spaces an agent sees on ``env`` (one env built with its family's wrappers and
+    closed), for checks made before any member exists (which agent can act in it, how large a replay buffer is)."""
+    venv = make_env(env, 1, 0)
+    try:
+        return venv.observation_space, venv.action_space
+    finally:
+        venv.close()

@@ -1,8 +1,10 @@
-"""Task families: how an env is built, what a user expects by default, and whether its state can be saved.
+"""Task families: how an env id is recognised, built, saved, and which simulator it needs.
 
-One small description per family (ProcGen, classic control, Box2D, MuJoCo, any other
-gymnasium id) that the PPO member reads, instead of ``if env.startswith(...)`` branches
-spread over it; rl-zoo keeps its per-env defaults as data in the same spirit.
+One entry per family (ProcGen, classic control, Box2D, MuJoCo, any other gymnasium id) in
+:data:`FAMILIES`, instead of ``if env.startswith(...)`` branches spread over the members.
+A family describes the env alone: what an agent trains on it by default is the agent's own
+table, by family name (:class:`pbx.members.sb3.agent.AgentDefaults`), as rl-zoo keeps its
+``hyperparams/<algo>.yml`` per agent. ``docs/add-a-task-family.md`` says how to add one.
 
 A family says how its envs resume (:attr:`Family.resume`):
 
@@ -18,89 +20,121 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import gymnasium
+from stable_baselines3.common.vec_env import VecEnv
 
-from pbx.envs.gym import env_spec
+from pbx.envs.atari import make_atari_env
+from pbx.envs.gym import env_spec, is_registered, make_gym_env
+from pbx.envs.procgen import GAMES, ProcgenVecEnv
 from pbx.errors import UsageError
 
 RESUMES = ("exact", "restart")
 
+Builder = Callable[..., VecEnv]
+"""``build(env, n_envs, seed, *, train, num_levels, start_level, distribution_mode, num_threads, render)``:
+``n_envs`` envs of ``env`` seeded from ``seed`` (see :func:`pbx.envs.make_env`); a family ignores the keywords
+it has no use for."""
+
 
 @dataclass(frozen=True)
 class Family:
-    """What a task family needs from a PPO member and a run that names none of it."""
+    """A task family: which ids it holds, how their envs are built and saved, and what they need installed."""
 
     name: str
-    """Shown in messages (``"Box2D"``)."""
-    space: str
-    """The search space (a file under ``search_spaces/``) of a run that names none."""
-    settings: Mapping[str, object] = field(default_factory=dict)
-    """Member settings above the settings' own defaults (the ProcGen paper's PPO)."""
-    run: Mapping[str, object] = field(default_factory=dict)
-    """``t_ready`` and ``max_budget`` of a run that gives none."""
+    """Shown in messages and the key of each agent's defaults (``"Box2D"``)."""
+    recognises: Callable[[str], bool]
+    """Whether an env id belongs to the family (the first family in :data:`FAMILIES` that says so holds it)."""
+    build: Builder
+    """Builds the envs, with the family's wrappers; their ``get_state``/``set_state`` save them."""
     resume: str = "exact"
     """How the envs come back on a resume: ``exact`` or ``restart`` (see the module docstring)."""
     extra: str | None = None
     """pbx's optional extra that installs the family's simulator (``pip install "pbx[box2d]"``)."""
+    simulator: str | None = None
+    """The simulator's import name, whose version a run records (``"mujoco"``)."""
+    levels: bool = False
+    """Whether its training envs play a subset of the levels test episodes play (ProcGen's ``num_levels`` from
+    ``start_level``, against the unrestricted distribution); else train and test are one distribution."""
 
 
-PROCGEN = Family("ProcGen", "ppo_procgen.yaml", run={"t_ready": 500_000, "max_budget": 25_000_000})
-"""The PB2 paper's ProcGen setting; the settings' defaults are the ProcGen paper's PPO."""
-
-# rl-zoo's CartPole PPO (lr, gamma, lambda and epochs are the space's defaults), under SB3's own value
-# loss, with which ppo_classic.yaml's defaults were tuned and the CartPole study of docs/results.md ran.
-CLASSIC = Family("classic control", "ppo_classic.yaml", settings={"value_loss": "sb3", "normalize_gamma": None},
-                 run={"t_ready": 32_768, "max_budget": 1_000_000})
-
-# SB3's own PPO defaults (2,048-step rollouts in minibatches of 64, 10 epochs, no entropy bonus where the
-# settings' defaults hold the ProcGen paper's 0.01, its value loss with no value clipping) as 8 envs x 256
-# steps, with rl-zoo's `normalize: true` (observations and rewards): the settings rl-zoo starts its
-# continuous-control PPO from. Searched values' defaults are in ppo_continuous.yaml.
-_CONTROL_SETTINGS: Mapping[str, object] = {
-    "value_loss": "sb3", "clip_range_vf": None, "ent_coef": 0.0, "n_envs": 8, "n_steps": 256, "batch_size": 64,
-    "n_epochs": 10, "gamma": 0.99, "normalize_obs": True, "normalize_reward": True, "normalize_gamma": None,
-    "eval_episodes": 10}
-_CONTROL_RUN: Mapping[str, object] = {"t_ready": 50_000, "max_budget": 1_000_000}
-"""The PB2 paper's continuous-control schedule: an exploit every 50,000 steps, 1M steps per member."""
-
-BOX2D = Family("Box2D", "ppo_continuous.yaml", _CONTROL_SETTINGS, _CONTROL_RUN, resume="restart", extra="box2d")
-MUJOCO = Family("MuJoCo", "ppo_continuous.yaml", _CONTROL_SETTINGS, _CONTROL_RUN, extra="mujoco")
-OTHER = Family("gymnasium", "ppo_classic.yaml", CLASSIC.settings, CLASSIC.run, resume="restart")
-"""Any other gymnasium id: classic control's defaults; its envs may hold handles a pickle loses, so restart."""
-
-_BY_MODULE = {"gymnasium.envs.classic_control": CLASSIC, "gymnasium.envs.box2d": BOX2D,
-              "gymnasium.envs.mujoco": MUJOCO}
+def _procgen(env: str, n_envs: int, seed: int, *, train: bool = True, num_levels: int = 0, start_level: int = 0,
+             distribution_mode: str = "easy", num_threads: int = 0, **_: Any) -> ProcgenVecEnv:
+    """The training levels (``num_levels`` from ``start_level``), or for test episodes the unrestricted ones."""
+    num_levels, start_level = (num_levels, start_level) if train else (0, 0)
+    # ProcGen's rand_seed is a C int
+    return ProcgenVecEnv(env, n_envs, seed % 2**31, num_levels=num_levels, start_level=start_level,
+                         distribution_mode=distribution_mode, num_threads=num_threads)
 
 
-def _entry_module(env_id: str) -> str:
+def _gym(saves_state: bool) -> Builder:
+    def build(env: str, n_envs: int, seed: int, *, render: bool = False, **_: Any) -> VecEnv:
+        return make_gym_env(env, n_envs, seed, render=render, saves_state=saves_state)
+    return build
+
+
+def entry_module(env_id: str) -> str:
     """The module a registered gymnasium id's env class lives in."""
     entry = env_spec(env_id).entry_point
     return entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
 
 
-def gym_family(env_id: str) -> Family:
-    """The family of a registered gymnasium id, from the module its entry point lives in."""
-    module = _entry_module(env_id)
-    return next((family for prefix, family in _BY_MODULE.items() if module.startswith(prefix)), OTHER)
+def in_module(prefix: str) -> Callable[[str], bool]:
+    """Recognises the registered gymnasium ids whose env class lives under the module ``prefix``."""
+    return lambda env: is_registered(env) and entry_module(env).startswith(prefix)
+
+
+PROCGEN = Family("ProcGen", GAMES.__contains__, _procgen, simulator="procgen", levels=True)
+CLASSIC = Family("classic control", in_module("gymnasium.envs.classic_control"), _gym(True))
+BOX2D = Family("Box2D", in_module("gymnasium.envs.box2d"), _gym(False), resume="restart", extra="box2d",
+               simulator="Box2D")
+MUJOCO = Family("MuJoCo", in_module("gymnasium.envs.mujoco"), _gym(True), extra="mujoco", simulator="mujoco")
+ATARI = Family("Atari", lambda env: env.startswith("ALE/") or in_module("ale_py")(env), make_atari_env,
+               extra="atari", simulator="ale_py")
+"""gymnasium's ``ALE/<Game>-v5`` ids with SB3's Atari wrappers and 4 stacked frames (:mod:`pbx.envs.atari`); an
+``ALE/`` id is Atari's before ale-py, which registers it, is installed (so a missing ale-py names its extra)."""
+OTHER = Family("gymnasium", is_registered, _gym(False), resume="restart")
+"""Any other registered gymnasium id; its envs may hold handles a pickle loses, so a resume restarts them."""
+
+FAMILIES: tuple[Family, ...] = (PROCGEN, CLASSIC, BOX2D, MUJOCO, ATARI, OTHER)
+"""Every task family, asked in this order: the catch-all :data:`OTHER` last."""
+
+
+def family(env: str) -> Family:
+    """The task family of ``env``; :class:`UsageError` for an id no family holds."""
+    found = next((family for family in FAMILIES if family.recognises(env)), None)
+    if found is not None:
+        return found
+    module, _, name = env.rpartition(":")
+    if module:
+        raise UsageError(f"unknown env {env!r}: {module} imports, but registers no {name} with gymnasium "
+                         f"(gymnasium.register({name!r}, entry_point=...) in it)")
+    raise UsageError(f"unknown env {env!r}: use a ProcGen game ({', '.join(GAMES)}), a registered gymnasium "
+                     f"id such as CartPole-v1 or BipedalWalker-v3, or module:Name-v0 for an env that module "
+                     f"registers")
 
 
 def check_installed(env_id: str) -> None:
-    """Raise :class:`UsageError` naming the pip command when ``env_id``'s simulator is not installed.
+    """Raise :class:`UsageError` naming the pip command when the simulator of ``env_id`` (an id a family holds) is not
+    installed.
 
     Importing the entry point's module is what fails without it (gymnasium raises
     ``DependencyNotInstalled`` there), so the check costs no env.
     """
-    module = _entry_module(env_id)
+    task = family(env_id)
+    if not is_registered(env_id):  # an id its family knows by name, which its simulator registers (ALE/: ale-py)
+        if task.extra is not None:
+            raise UsageError(f'{env_id} needs {task.name}, which is not installed: pip install "pbx[{task.extra}]"')
+        return
+    module = entry_module(env_id)
     try:
         importlib.import_module(module)
     except (gymnasium.error.DependencyNotInstalled, ImportError) as err:
-        family = gym_family(env_id)
-        fix = (f'pip install "pbx[{family.extra}]"' if family.extra is not None
+        fix = (f'pip install "pbx[{task.extra}]"' if task.extra is not None
                else f"install what it needs ({_first_line(err)})")
-        raise UsageError(f"{env_id} needs {family.name}, which is not installed: {fix}") from None
+        raise UsageError(f"{env_id} needs {task.name}, which is not installed: {fix}") from None
     except Exception as err:  # noqa: BLE001  (a module that fails to import cannot run the env, whatever the reason)
         gl = os.environ.get("MUJOCO_GL")
         hint = (f"; MUJOCO_GL={gl} is a rendering backend this machine cannot load: unset it, or set egl, osmesa "

@@ -48,17 +48,6 @@ def is_registered(env_id: str) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=None)
-def observation_and_action_spaces(env_id: str) -> tuple[gymnasium.Space, gymnasium.Space]:
-    """The observation and action spaces of a registered gymnasium id (one env built and closed), for checks
-    made before any member exists (which agent can act in it, how large its replay buffer is)."""
-    env = gymnasium.make(env_id)
-    try:
-        return env.observation_space, env.action_space
-    finally:
-        env.close()
-
-
 class GymVecEnv(DummyVecEnv):
     """SB3's ``DummyVecEnv`` whose envs (with their RNGs and episode sums) can be saved and restored, where
     their family allows it (:attr:`saves_state`).

@@ -22,7 +22,7 @@ __all__ = ["ALGOS", "AUGMENTATION", "Diverged", "Member", "MemberContext", "Memb
 
 ALGOS: dict[str, str] = {
     "ppo": "pbx.members.ppo.ppo:PPOMember",
-    "a2c": "pbx.members.a2c:A2CMember",
+    "a2c": "pbx.members.a2c.a2c:A2CMember",
     "sac": "pbx.members.offpolicy.sac:SACMember",
     "td3": "pbx.members.offpolicy.td3:TD3Member",
     "dqn": "pbx.members.offpolicy.dqn:DQNMember",
@@ -66,7 +66,7 @@ def member_class(env: str, hyperparameters: Iterable[str] = (), algo: str = "ppo
     ``hyperparameters``: the names the run's search space and member settings hold.
     """
     check_algo(algo)
-    if env in REGISTERED or env in TOY_ENVS or env == "toy-deceptive":
+    if _own_member(env):
         if algo != "ppo":
             raise UsageError(f"--algo {algo} trains an SB3 agent on a gymnasium id; {env} trains its own member: "
                              f"leave --algo out")
@@ -92,6 +92,11 @@ def member_class(env: str, hyperparameters: Iterable[str] = (), algo: str = "ppo
     return PPOMember
 
 
+def _own_member(env: str) -> bool:
+    """Whether ``env`` names a member's own env (a toy, or one :func:`register` added), not an SB3 agent's."""
+    return env in REGISTERED or env in TOY_ENVS or env == "toy-deceptive"
+
+
 def _agent(cls: type[Member], env: str, algo: str, hyperparameters: Iterable[str]) -> type[Member]:
     """``cls``, the member ``algo`` names, once it is known to train on ``env`` and to act in its action space."""
     from pbx.members.offpolicy.member import OffPolicyMember
@@ -109,17 +114,15 @@ def _agent(cls: type[Member], env: str, algo: str, hyperparameters: Iterable[str
 def _check_actions(cls: type[Member], env: str, algo: str) -> None:
     """Raise :class:`UsageError` unless ``cls`` (``algo``'s member) acts in ``env``'s action space, naming the
     agents that do, or the spaces pbx's agents act in when none does (a Tuple: SB3's PPO asserted on it)."""
-    from pbx.envs import is_procgen, observation_and_action_spaces
+    from pbx.envs import observation_and_action_spaces
     from pbx.members.sb3.agent import SB3Agent
 
-    if is_procgen(env):
-        return  # Discrete(15), which PPO acts in
     _, action_space = observation_and_action_spaces(env)
     assert issubclass(cls, SB3Agent)
     if cls.acts_in(action_space):
         return
     agents: dict[str, type[SB3Agent]] = {name: algo_class(name) for name in ALGOS}  # type: ignore[misc]
-    able = [name for name, agent in agents.items() if agent.acts_in(action_space)]
+    able = [name for name, agent in agents.items() if agent.has_defaults(env) and agent.acts_in(action_space)]
     if able:
         fix = f"use --algo {_either(able)}"
     else:
@@ -147,10 +150,8 @@ def _check_observations(env: str, algo: str, off_policy: bool = False) -> None:
     """
     from gymnasium import spaces
 
-    from pbx.envs import is_procgen, observation_and_action_spaces
+    from pbx.envs import observation_and_action_spaces
 
-    if is_procgen(env):
-        return
     observations, _ = observation_and_action_spaces(env)
     arrays = (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary) + (() if off_policy else (spaces.Discrete,))
     if isinstance(observations, arrays):
@@ -177,10 +178,9 @@ def space_file(env: str, bandit: bool = False, algo: str = "ppo") -> str:
     from a bandit, a space with an augmentation, or an explicit setting.
     """
     cls = member_class(env, algo=algo)
-    if bandit and algo == "ppo" and env not in REGISTERED and cls is not ToyMember:
-        from pbx.envs import is_procgen
+    if bandit and algo == "ppo" and not _own_member(env):
         from pbx.members.ppo.drac import DrACMember
 
-        if is_procgen(env):
-            return DrACMember.default_space
+        if DrACMember.has_defaults(env):
+            return DrACMember.space_file(env)
     return cls.space_file(env)

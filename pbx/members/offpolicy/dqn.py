@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
-from pbx.envs.families import BOX2D, CLASSIC  # isort: skip
+from pbx.envs.families import ATARI, BOX2D, CLASSIC, OTHER  # isort: skip
 from gymnasium import spaces
 from stable_baselines3 import DQN
 from stable_baselines3.common.utils import LinearSchedule
@@ -79,6 +79,13 @@ class _DQN(OffPolicyRun, DQN):
         super()._update_current_progress_remaining(num_timesteps, self.schedule_timesteps)
 
 
+# rl-zoo's CartPole-v1 (lr, gamma, final epsilon and batch size in the space); its 50,000 steps in 10 rounds
+_CLASSIC = AgentDefaults("dqn_classic.yaml", {
+    "buffer_size": 100_000, "learning_starts": 1_000, "target_update_interval": 10, "train_freq": 256,
+    "gradient_steps": 128, "exploration_fraction": 0.16, "net_arch": [256, 256], "schedule_timesteps": 50_000},
+    {"t_ready": 5_120, "max_budget": 51_200})
+
+
 class DQNMember(OffPolicyMember):
     """SB3 DQN on a gymnasium id with discrete actions."""
 
@@ -94,16 +101,19 @@ class DQNMember(OffPolicyMember):
     checkpoint_keys = (*OffPolicyMember.checkpoint_keys, "n_calls")
     action_spaces = (spaces.Discrete,)
     defaults = {
-        # rl-zoo's CartPole-v1 (lr, gamma, final epsilon and batch size in the space); its 50,000 steps in 10 rounds
-        CLASSIC.name: AgentDefaults("dqn_classic.yaml", {
-            "buffer_size": 100_000, "learning_starts": 1_000, "target_update_interval": 10, "train_freq": 256,
-            "gradient_steps": 128, "exploration_fraction": 0.16, "net_arch": [256, 256],
-            "schedule_timesteps": 50_000}, {"t_ready": 5_120, "max_budget": 51_200}),
+        CLASSIC.name: _CLASSIC,
         # rl-zoo's LunarLander (discrete actions; lr, gamma, final epsilon and batch size in the space)
         BOX2D.name: AgentDefaults("dqn_box2d.yaml", {
             "buffer_size": 50_000, "learning_starts": 0, "target_update_interval": 250, "train_freq": 4,
             "gradient_steps": -1, "exploration_fraction": 0.12, "net_arch": [256, 256],
             "schedule_timesteps": 100_000}, {"t_ready": 10_000, "max_budget": 100_000}),
+        # rl-zoo's atari row (lr 1e-4, batch 32 and final epsilon 0.01 in the space) over its 10M steps
+        ATARI.name: AgentDefaults("dqn_atari.yaml", {
+            "buffer_size": 100_000, "learning_starts": 100_000, "target_update_interval": 1_000, "train_freq": 4,
+            "gradient_steps": 1, "exploration_fraction": 0.1, "schedule_timesteps": 10_000_000},
+            {"t_ready": 250_000, "max_budget": 10_000_000}),
+        # any other gymnasium id: classic control's
+        OTHER.name: _CLASSIC,
     }
 
     def _build(self, hp: Mapping[str, Any], image: bool) -> _DQN:

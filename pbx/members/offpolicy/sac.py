@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
-from pbx.envs.families import BOX2D, CLASSIC, MUJOCO  # isort: skip
+from pbx.envs.families import BOX2D, CLASSIC, MUJOCO, OTHER  # isort: skip
 from gymnasium import spaces
 from stable_baselines3 import SAC
 
@@ -53,8 +53,8 @@ class _SAC(OffPolicyRun, SAC):
     """SB3's SAC in pbx's off-policy loop (:class:`~pbx.members.offpolicy.member.OffPolicyRun`)."""
 
 
-_CLASSIC_RUN = {"t_ready": 2_000, "max_budget": 20_000}
-"""rl-zoo's Pendulum-v1 budget (20,000 steps) in 10 rounds."""
+_CLASSIC = AgentDefaults("sac_classic.yaml", run={"t_ready": 2_000, "max_budget": 20_000})
+"""rl-zoo's Pendulum-v1: SB3's defaults with lr 1e-3 (in the space), its budget (20,000 steps) in 10 rounds."""
 
 
 class SACMember(OffPolicyMember):
@@ -68,14 +68,15 @@ class SACMember(OffPolicyMember):
     name = "SAC"
     action_spaces = (spaces.Box,)
     defaults = {
-        # rl-zoo's Pendulum-v1: SB3's defaults with lr 1e-3 (in the space)
-        CLASSIC.name: AgentDefaults("sac_classic.yaml", run=_CLASSIC_RUN),
+        CLASSIC.name: _CLASSIC,
         # rl-zoo's tuned BipedalWalker-v3 (less its gSDE exploration; lr, gamma and tau in the space)
         BOX2D.name: AgentDefaults("sac_box2d.yaml", {
             "buffer_size": 300_000, "batch_size": 256, "train_freq": 64, "gradient_steps": 64,
             "learning_starts": 10_000, "net_arch": [400, 300]}, {"t_ready": 50_000, "max_budget": 500_000}),
         # rl-zoo's MuJoCo defaults: SB3's SAC after 10,000 random steps
         MUJOCO.name: AgentDefaults("sac.yaml", {"learning_starts": 10_000}, {"t_ready": 50_000, "max_budget": 1_000_000}),
+        # any other gymnasium id: classic control's
+        OTHER.name: _CLASSIC,
     }
 
     def _build(self, hp: Mapping[str, Any], image: bool) -> _SAC:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
-from pbx.envs.families import BOX2D, CLASSIC, MUJOCO  # isort: skip
+from pbx.envs.families import BOX2D, CLASSIC, MUJOCO, OTHER  # isort: skip
 from gymnasium import spaces
 from stable_baselines3 import TD3
 from stable_baselines3.common.noise import NormalActionNoise
@@ -67,6 +67,9 @@ class _TD3(OffPolicyRun, TD3):
 _SETTINGS = {"buffer_size": 200_000, "learning_starts": 10_000, "net_arch": [400, 300]}
 
 
+_CLASSIC = AgentDefaults("td3.yaml", _SETTINGS, {"t_ready": 2_000, "max_budget": 20_000})
+
+
 class TD3Member(OffPolicyMember):
     """SB3 TD3 on a gymnasium id with continuous actions."""
 
@@ -79,9 +82,11 @@ class TD3Member(OffPolicyMember):
     live = (*OffPolicyMember.live, "policy_delay", "target_policy_noise", "target_noise_clip")
     action_spaces = (spaces.Box,)
     defaults = {
-        CLASSIC.name: AgentDefaults("td3.yaml", _SETTINGS, {"t_ready": 2_000, "max_budget": 20_000}),
+        CLASSIC.name: _CLASSIC,
         BOX2D.name: AgentDefaults("td3.yaml", _SETTINGS, {"t_ready": 50_000, "max_budget": 1_000_000}),
         MUJOCO.name: AgentDefaults("td3.yaml", _SETTINGS, {"t_ready": 50_000, "max_budget": 1_000_000}),
+        # any other gymnasium id: classic control's
+        OTHER.name: _CLASSIC,
     }
 
     def _build(self, hp: Mapping[str, Any], image: bool) -> _TD3:

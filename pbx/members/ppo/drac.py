@@ -24,7 +24,7 @@ streams.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
 
@@ -33,13 +33,14 @@ import torch
 import torch.nn.functional as F
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
-from pbx.envs import is_procgen  # isort: skip
+from pbx.envs import check_env  # isort: skip
+from pbx.envs.families import PROCGEN  # isort: skip
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
 
 from pbx.errors import UsageError
 from pbx.members.base import MemberContext
 from pbx.members.ppo.augment import AUGMENTATIONS
-from pbx.members.ppo.ppo import PPOMember
+from pbx.members.ppo.ppo import DEFAULTS, PPOMember
 from pbx.members.ppo.settings import PPOSettings, finite_number
 from pbx.members.ppo.update import Evaluate, PPOUpdate
 from pbx.space import Config
@@ -149,12 +150,16 @@ class DrACMember(PPOMember):
     model: DrACPPO
     algorithm = DrACPPO
     name = "DrAC-PPO"
+    # PPO's ProcGen settings and schedule, with PB2-Mix's space (its categorical hyperparameter is the augmentation)
+    defaults = {PROCGEN.name: replace(DEFAULTS[PROCGEN.name], space="ppo_procgen_mix.yaml")}
     checkpoint_keys = PPOMember.checkpoint_keys + ("augment_rng",)
 
     @classmethod
     def check_env(cls, env: str) -> None:
-        """Raise :class:`UsageError` unless ``env`` is a ProcGen game: DrAC augments RGB images."""
-        if not is_procgen(env):
+        """Raise :class:`UsageError` unless ``env`` is of a family DrAC has defaults for (ProcGen's): it augments
+        RGB images."""
+        check_env(env)
+        if not cls.has_defaults(env):
             raise UsageError(f"augmentation (aug_type, aug_coef) needs image observations: use a ProcGen game "
                              f"as --env, not {env!r}")
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
-from pbx.envs import StatefulVecEnv, check_env, family, is_procgen, make_env  # isort: skip
+from pbx.envs import StatefulVecEnv, make_env  # isort: skip
+from pbx.envs.families import ATARI, BOX2D, CLASSIC, MUJOCO, OTHER, PROCGEN  # isort: skip
 from gymnasium import spaces
 from stable_baselines3.common.utils import FloatSchedule
 
@@ -29,9 +30,44 @@ from pbx.members.base import MemberSettings
 from pbx.members.ppo.impala import ImpalaPolicy
 from pbx.members.ppo.settings import PPOSettings, fit_rollout
 from pbx.members.ppo.update import PPOUpdate
+from pbx.members.sb3.agent import AgentDefaults
 from pbx.members.sb3.member import SB3Member, set_rollout
 from pbx.members.sb3.process import set_precision
 from pbx.space import Config, Space
+
+
+# rl-zoo's CartPole PPO (lr, gamma, lambda and epochs are the space's defaults), under SB3's own value loss, with
+# which ppo_classic.yaml's defaults were tuned and the CartPole study of docs/results.md ran: about 30 rounds of
+# two default rollouts, where PPO solves CartPole in ~360k steps.
+_CLASSIC = AgentDefaults("ppo_classic.yaml", {"value_loss": "sb3", "normalize_gamma": None},
+                         {"t_ready": 32_768, "max_budget": 1_000_000})
+
+# SB3's own PPO defaults (2,048-step rollouts in minibatches of 64, 10 epochs, no entropy bonus where the
+# settings' defaults hold the ProcGen paper's 0.01, its value loss with no value clipping) as 8 envs x 256
+# steps, with rl-zoo's `normalize: true` (observations and rewards): the settings rl-zoo starts its
+# continuous-control PPO from; searched values' defaults are in ppo_continuous.yaml. The PB2 paper's
+# continuous-control schedule: an exploit every 50,000 steps, 1M steps per member.
+_CONTROL = AgentDefaults("ppo_continuous.yaml", {
+    "value_loss": "sb3", "clip_range_vf": None, "ent_coef": 0.0, "n_envs": 8, "n_steps": 256, "batch_size": 64,
+    "n_epochs": 10, "gamma": 0.99, "normalize_obs": True, "normalize_reward": True, "normalize_gamma": None,
+    "eval_episodes": 10}, {"t_ready": 50_000, "max_budget": 1_000_000})
+
+DEFAULTS: dict[str, AgentDefaults] = {
+    # the ProcGen paper's PPO (the settings' own defaults) on the PB2 paper's schedule (25M steps, exploit every 500k)
+    PROCGEN.name: AgentDefaults("ppo_procgen.yaml", run={"t_ready": 500_000, "max_budget": 25_000_000}),
+    CLASSIC.name: _CLASSIC,
+    BOX2D.name: _CONTROL,
+    MUJOCO.name: _CONTROL,
+    # rl-zoo's atari row (8 envs x 128 steps, 4 epochs, minibatch 256, lr 2.5e-4 and clip 0.1 in the space, SB3's
+    # loss and Nature CNN, no normalisation: AtariWrapper clips rewards) over its 10M steps, an exploit every 250k
+    ATARI.name: AgentDefaults("ppo_atari.yaml", {
+        "value_loss": "sb3", "clip_range_vf": None, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 4,
+        "gamma": 0.99, "normalize_reward": False, "normalize_gamma": None, "eval_episodes": 10},
+        {"t_ready": 250_000, "max_budget": 10_000_000}, image_policy="CnnPolicy"),
+    # any other gymnasium id: classic control's
+    OTHER.name: _CLASSIC,
+}
+"""PPO's defaults per task family (rl-zoo's ``hyperparams/ppo.yml`` in the same spirit)."""
 
 
 class PPOMember(SB3Member):
@@ -49,41 +85,17 @@ class PPOMember(SB3Member):
     chunk = "n_steps"
     live = ("ent_coef", "vf_coef", "max_grad_norm", "n_epochs", "batch_size", "gamma", "gae_lambda")
     action_spaces = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+    defaults = DEFAULTS
     checkpoint_keys: ClassVar[tuple[str, ...]] = (
         "format", "env", "n_envs", "steps", "n_updates", "config", "policy", "optimizer", "reward_norm",
         "last_obs", "last_episode_starts", "env_state", "rng")
     """What :meth:`save` writes (see :meth:`_checkpoint`) and :meth:`load` requires."""
 
     @classmethod
-    def check_env(cls, env: str) -> None:
-        """Raise :class:`UsageError` unless ``env`` is a ProcGen game or a registered gymnasium id."""
-        check_env(env)
-
-    @classmethod
-    def run_defaults(cls, env: str) -> dict[str, object]:
-        """The env's family's schedule (:mod:`pbx.envs.families`). ProcGen: the PB2 paper's (25M steps, exploit
-        every 500k); continuous control: the PB2 paper's (1M steps, every 50k); classic control: about 30
-        rounds of two default rollouts, where PPO solves CartPole in ~360k steps."""
-        return dict(family(env).run)
-
-    @classmethod
-    def setting_defaults(cls, env: str) -> dict[str, object]:
-        """The env's family's settings. ProcGen: the ProcGen paper's PPO (the settings' defaults). Classic
-        control: SB3's value loss, under which ``ppo_classic.yaml``'s defaults (rl-zoo's CartPole PPO) were
-        tuned. Continuous control: SB3's PPO defaults with rl-zoo's normalised observations and rewards."""
-        return dict(family(env).settings)
-
-    @classmethod
     def describe(cls, settings: MemberSettings) -> str:
         """``"PPO (reference loss)"`` or ``"PPO (SB3 loss)"`` (a subclass's ``name`` in place of PPO)."""
         assert isinstance(settings, PPOSettings)
         return f"{cls.name} ({'reference' if settings.value_loss == 'reference' else 'SB3'} loss)"
-
-    @classmethod
-    def space_file(cls, env: str) -> str:
-        """The search space for ``env`` when the run names none: ProcGen's, or a classic-control one."""
-        # A subclass's own ProcGen space (DrAC's PB2-Mix space) before the family's plain PPO one.
-        return cls.default_space if is_procgen(env) else family(env).space
 
     @classmethod
     def feasible(cls, config: Config, settings: MemberSettings, space: Space) -> tuple[Config, list[str]]:
@@ -96,22 +108,25 @@ class PPOMember(SB3Member):
         s = self.settings
         set_precision("fp32" if s.deterministic else s.precision)
         network = s.image_network()
-        if network and not image:
+        # the family's image policy where PPO's row names one (SB3's Nature CNN, say), else the IMPALA CNN
+        policy = self.family_defaults(self.context.env).image_policy or ImpalaPolicy
+        if network and not (image and policy is ImpalaPolicy):
+            uses = f"SB3's {policy}" if image else "observations are vectors (MLP)"
             raise UsageError(f"precision and channels_last are settings of the image policy (IMPALA CNN); "
-                             f"{self.context.env}'s observations are vectors (MLP): leave them at their defaults")
+                             f"{self.context.env}'s {uses}: leave them at their defaults")
         net = ({"policy_kwargs": {"features_extractor_kwargs": network}} if network else {}) \
             if image else ({} if s.net_arch is None else {"policy_kwargs": {"net_arch": list(s.net_arch)}})
-        return self.algorithm(ImpalaPolicy if image else "MlpPolicy", self._norm, n_steps=int(hp["n_steps"]),
+        return self.algorithm(policy if image else "MlpPolicy", self._norm, n_steps=int(hp["n_steps"]),
                               batch_size=int(hp["batch_size"]), value_loss=self.settings.value_loss,
                               device=self.device, verbose=0, **net)
 
     def _make_env(self, n_envs: int, seed: int, *, train_levels: bool = True, render: bool = False) -> StatefulVecEnv:
-        """ProcGen's training levels (``num_levels`` from ``start_level``), or with ``train_levels`` False the
-        unrestricted distribution that test episodes play; gymnasium ids have one distribution."""
+        """The family's training envs (ProcGen's ``num_levels`` from ``start_level``), or with ``train_levels``
+        False those test episodes play (ProcGen's unrestricted distribution)."""
         s = self.settings
-        num_levels, start_level = (s.num_levels, s.start_level) if train_levels else (0, 0)
-        return make_env(self.context.env, n_envs, seed, num_levels=num_levels, start_level=start_level,
-                        distribution_mode=s.distribution_mode, num_threads=self._env_threads, render=render)
+        return make_env(self.context.env, n_envs, seed, train=train_levels, num_levels=s.num_levels,
+                        start_level=s.start_level, distribution_mode=s.distribution_mode,
+                        num_threads=self._env_threads, render=render)
 
     def _set(self, hp: Mapping[str, Any]) -> None:
         """The clip ranges (schedules) and the rollout's length, discount and GAE lambda (the rollout buffer's)."""

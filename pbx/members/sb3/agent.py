@@ -18,8 +18,7 @@ from typing import ClassVar, Mapping
 
 from gymnasium import spaces
 
-from pbx.envs import check_env, family, is_procgen
-from pbx.envs.families import CLASSIC
+from pbx.envs import check_env, family
 from pbx.errors import UsageError
 from pbx.members.base import Member, MemberSettings
 from pbx.members.sb3.process import check_device
@@ -38,6 +37,9 @@ class AgentDefaults:
     """Member settings above the settings' own defaults."""
     run: Mapping[str, object] = field(default_factory=dict)
     """``t_ready`` and ``max_budget``."""
+    image_policy: str | None = None
+    """The policy on image observations where it is not the agent's own (PPO's is the IMPALA CNN): SB3's
+    ``"CnnPolicy"`` (the Nature DQN CNN)."""
 
 
 class SB3Agent(Member):
@@ -55,7 +57,8 @@ class SB3Agent(Member):
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Box, spaces.Discrete)
     """The action spaces the algorithm can act in."""
     defaults: ClassVar[Mapping[str, AgentDefaults]] = {}
-    """Defaults by task family name (:class:`~pbx.envs.families.Family`); other families take classic control's."""
+    """Defaults by task family name (:class:`~pbx.envs.families.Family`): the agent trains on the families it has
+    a row for, and on no other (a missing row is a one-line error naming both, never another family's row)."""
     counters: ClassVar[tuple[str, ...]] = ()
     """Attributes of the SB3 algorithm that count env steps as ``steps`` does (DQN's ``_n_calls``, which times
     its target updates): saved, and taken from the donor with its step count on an exploit."""
@@ -70,19 +73,28 @@ class SB3Agent(Member):
 
     @classmethod
     def check_env(cls, env: str) -> None:
-        """Raise :class:`UsageError` unless ``env`` is a registered gymnasium id whose simulator is installed."""
+        """Raise :class:`UsageError` unless a task family holds ``env``, its simulator is installed and this agent
+        has defaults for that family."""
         check_env(env)
-        if is_procgen(env):
-            raise UsageError(f"--algo {cls.algo} trains on gymnasium ids; {env} is a ProcGen game, which pbx trains "
-                             f"with PPO (the ProcGen paper's agent): leave --algo out")
+        cls.family_defaults(env)
 
     @classmethod
     def acts_in(cls, action_space: spaces.Space) -> bool:
         return isinstance(action_space, cls.action_spaces)
 
     @classmethod
+    def has_defaults(cls, env: str) -> bool:
+        """Whether this agent has a row for ``env``'s task family."""
+        return family(env).name in cls.defaults
+
+    @classmethod
     def family_defaults(cls, env: str) -> AgentDefaults:
-        return cls.defaults.get(family(env).name, cls.defaults[CLASSIC.name])
+        """This agent's row for ``env``'s task family; :class:`UsageError` naming both where it has none."""
+        task = family(env)
+        if task.name not in cls.defaults:
+            raise UsageError(f"--algo {cls.algo} has no defaults for the {task.name} family ({env}): it trains on "
+                             f"{', '.join(cls.defaults)}; add a {task.name!r} row to {cls.__name__}.defaults")
+        return cls.defaults[task.name]
 
     @classmethod
     def run_defaults(cls, env: str) -> dict[str, object]:

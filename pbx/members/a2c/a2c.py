@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
-from pbx.envs.families import BOX2D, CLASSIC, MUJOCO  # isort: skip
+from pbx.envs.families import ATARI, BOX2D, CLASSIC, MUJOCO, OTHER  # isort: skip
 from stable_baselines3 import A2C
 
 from pbx.members.sb3.agent import AgentDefaults
@@ -49,6 +49,8 @@ class A2CSettings(SB3Settings):
 
 
 _CONTINUOUS_RUN = {"t_ready": 50_000, "max_budget": 1_000_000}
+# rl-zoo's CartPole-v1: SB3's defaults in 8 envs, 500,000 steps
+_CLASSIC = AgentDefaults("a2c.yaml", run={"t_ready": 50_000, "max_budget": 500_000})
 
 
 class A2CMember(SB3Member):
@@ -63,8 +65,7 @@ class A2CMember(SB3Member):
     chunk = "n_steps"
     live = ("ent_coef", "vf_coef", "max_grad_norm", "gamma", "gae_lambda")
     defaults = {
-        # rl-zoo's CartPole-v1: SB3's defaults in 8 envs, 500,000 steps
-        CLASSIC.name: AgentDefaults("a2c.yaml", run={"t_ready": 50_000, "max_budget": 500_000}),
+        CLASSIC.name: _CLASSIC,
         # rl-zoo's tuned BipedalWalker-v3 and LunarLanderContinuous (less gSDE and its log_std_init, ortho_init)
         BOX2D.name: AgentDefaults("a2c_box2d.yaml", {
             "n_envs": 16, "n_steps": 8, "vf_coef": 0.4, "normalize_obs": True, "normalize_reward": True},
@@ -72,6 +73,12 @@ class A2CMember(SB3Member):
         # rl-zoo's MuJoCo defaults: SB3's A2C with normalised observations and rewards
         MUJOCO.name: AgentDefaults("a2c.yaml", {"n_envs": 1, "normalize_obs": True, "normalize_reward": True},
                                    _CONTINUOUS_RUN),
+        # rl-zoo's atari row (16 envs x 5 steps, ent_coef 0.01 in the space, vf_coef 0.25) over its 10M steps, less
+        # its TF-like RMSprop (SB3's RMSprop, eps 1e-5)
+        ATARI.name: AgentDefaults("a2c_atari.yaml", {"n_envs": 16, "vf_coef": 0.25},
+                                  {"t_ready": 250_000, "max_budget": 10_000_000}),
+        # any other gymnasium id: classic control's
+        OTHER.name: _CLASSIC,
     }
 
     def _build(self, hp: Mapping[str, Any], image: bool) -> A2C:
