@@ -80,7 +80,8 @@ import pandas as pd
 import torch
 
 # pbx first: it silences the banner that importing procgen / SB3 would print (see pbx.envs).
-from pbx.envs import GAMES, is_procgen, make_env  # isort: skip
+from pbx.envs import GAMES, make_env  # isort: skip
+from pbx.envs.families import PROCGEN  # isort: skip
 from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import Logger
@@ -476,7 +477,7 @@ def main() -> None:
         os.sched_setaffinity(0, allowed[-args.cores:])  # before the member counts them; (c)'s processes inherit it
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but torch sees no CUDA GPU")
-    if not is_procgen(args.env):
+    if not PROCGEN.recognises(args.env):
         parser.error(f"--env must be a ProcGen game, got {args.env!r}")
     for flag in ("repeats", "split_calls"):
         if getattr(args, flag) < 1:
