@@ -296,7 +296,9 @@ def build_impala_cnn(params: dict[str, torch.Tensor], unscaled_images: torch.Ten
         out = residual_block(out)
         return out
 
-    out = unscaled_images.to(torch.float32) / 255.
+    # scaled in float32 (as TF's graph and SB3's preprocess_obs scale), then in the variables' dtype: float32 but
+    # in the test's float64 replay of the iteration
+    out = (unscaled_images.to(torch.float32) / 255.).to(params['ppo2_model/pi/layer_0/kernel'].dtype)
     out = out.permute(0, 3, 1, 2).contiguous()  # NHWC -> NCHW for torch's convolutions
 
     for depth in depths:
@@ -350,7 +352,8 @@ class PolicyWithValue(object):
 # --- tf.train.AdamOptimizer and tf.clip_by_global_norm (TF 1.15) ----------------------------------------------
 
 class AdamOptimizer:
-    """``tf.train.AdamOptimizer(learning_rate=LR, epsilon=1e-5)`` (beta1 0.9, beta2 0.999), in float32 as TF runs it.
+    """``tf.train.AdamOptimizer(learning_rate=LR, epsilon=1e-5)`` (beta1 0.9, beta2 0.999), in the variables'
+    dtype (float32 as TF runs it; float64 in the test's float64 replay).
 
     With ``choice="torch"``, ``torch.optim.Adam(eps=1e-5)``'s step instead (``torch/optim/adam.py``,
     ``_single_tensor_adam``, the CPU path): the same moments, the bias corrections applied to each, ``eps``
@@ -364,7 +367,8 @@ class AdamOptimizer:
         # _create_slots: "m" and "v" zeros per variable; beta1_power, beta2_power float32 variables at beta1, beta2
         self.m = [torch.zeros_like(v) for v in var_list]
         self.v = [torch.zeros_like(v) for v in var_list]
-        self.beta1_power, self.beta2_power = np.float32(beta1), np.float32(beta2)
+        self.dtype = torch.zeros((), dtype=var_list[0].dtype).numpy().dtype
+        self.beta1_power, self.beta2_power = self.dtype.type(beta1), self.dtype.type(beta2)
         self.step = 0
 
     @torch.no_grad()
@@ -373,13 +377,13 @@ class AdamOptimizer:
         if self.choice == "torch":
             self._torch_step(grads_and_vars, lr)
             return
-        f32 = np.float32
-        beta1, beta2, epsilon = f32(self._beta1), f32(self._beta2), f32(self._epsilon)
-        # training_ops.cc ApplyAdamNonCuda, in T = float32
-        alpha = f32(lr) * np.sqrt(f32(1) - self.beta2_power) / (f32(1) - self.beta1_power)
+        T = self.dtype.type
+        beta1, beta2, epsilon = T(self._beta1), T(self._beta2), T(self._epsilon)
+        # training_ops.cc ApplyAdamNonCuda, in T = float32 (or T = double)
+        alpha = T(lr) * np.sqrt(T(1) - self.beta2_power) / (T(1) - self.beta1_power)
         for (g, var), m, v in zip(grads_and_vars, self.m, self.v):
-            m += (g - m) * float(f32(1) - beta1)
-            v += (g.square() - v) * float(f32(1) - beta2)
+            m += (g - m) * float(T(1) - beta1)
+            v += (g.square() - v) * float(T(1) - beta2)
             var -= (m * float(alpha)) / (v.sqrt() + float(epsilon))
         # _finish: beta1_power * beta1, beta2_power * beta2 (float32 variables)
         self.beta1_power, self.beta2_power = self.beta1_power * beta1, self.beta2_power * beta2
