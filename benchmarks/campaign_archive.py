@@ -104,7 +104,7 @@ def _packed(work: Path, level: str) -> bytes:
 
 
 def _superseded(path: Path) -> bool:
-    """Whether ``path`` is a checkpoint in ``checkpoints/`` of a round before the run's last finished one: a
+    """Whether ``path`` is a checkpoint in ``checkpoints/`` of a round other than the run's last finished one (a
     resume starts from the last round's checkpoints, and the runner keeps the round before too (against a kill
     while the last is written), which would double the archive. (Replay segments stay: a newer checkpoint reads
     older rounds' segments.)"""
@@ -114,7 +114,7 @@ def _superseded(path: Path) -> bool:
     round_ = re.search(r"\.r(\d+)\.", path.name)
     rounds = [int(line.split(",")[1]) for line in history.read_text().splitlines()[1:]
               if line.count(",") > 1 and line.split(",")[1].isdigit()]
-    return round_ is not None and bool(rounds) and int(round_.group(1)) < max(rounds)
+    return round_ is not None and bool(rounds) and int(round_.group(1)) != max(rounds)
 
 
 def archive(work: Path, target: Path, part_mb: float, archive_mb: float, say: Callable[[str], None]) -> list[Path]:

@@ -549,16 +549,16 @@ def test_train_rounds_steps_to_whole_rollouts() -> None:
 
 
 def test_train_and_test_envs_get_their_level_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pbx.members.ppo.ppo as ppo
+    import pbx.envs.families as families  # the family's builder picks the levels: spy on the env it builds
 
     calls: list[dict[str, Any]] = []
-    real = ppo.make_env
+    real = families.ProcgenVecEnv
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ppo, "make_env", spy)
+    monkeypatch.setattr(families, "ProcgenVecEnv", spy)
     member = make_member(seed=7, num_levels=50, start_level=1000, distribution_mode="hard")
     member.evaluate(0)
     train, test = calls
