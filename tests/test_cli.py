@@ -37,16 +37,20 @@ def test_toy_pb2_run_from_the_command_line(tmp_path) -> None:
     assert len((run_dir / "history.csv").read_text().splitlines()) == 1 + 4 * 50
 
 
-@pytest.mark.parametrize("search, fits", [("PBT", False), ("PB2", True)])
-def test_only_a_run_that_fits_a_gp_imports_gpy(search: str, fits: bool, tmp_path) -> None:
-    """GPy (with the matplotlib it pulls in) costs about a second at every process start: PB2 imports it
-    at its first fit, so PBT runs, other commands and MPI ranks that never fit a GP do not pay it."""
-    code = "import sys; from pbx.train import main; main(sys.argv[1:]); print('GPy' in sys.modules)"
+@pytest.mark.parametrize("search, budget, gpy, torch", [("PBT", 16, False, False), ("PB2", 16, True, False),
+                                                      ("IPBT", 40, True, True)])
+def test_only_a_run_that_fits_a_gp_imports_gpy_or_torch(search: str, budget: int, gpy: bool, torch: bool,
+                                                         tmp_path) -> None:
+    """GPy (with the matplotlib it pulls in) costs about a second at every process start, torch three: PB2
+    imports GPy at its first fit and IPBT torch at its first stagnation test (its sparse GP), so PBT runs, other
+    commands and MPI ranks that never fit either do not pay them."""
+    code = ("import sys; from pbx.train import main; main(sys.argv[1:]); "
+            "print('GPy' in sys.modules, 'torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code, "--env", "toy", "--search", search, "--batchsize", "4",
-                           "-m", "max_budget=16", "--run-dir", str(tmp_path / "run")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+                           "-m", f"max_budget={budget}", "--run-dir", str(tmp_path / "run")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    assert proc.stdout.splitlines()[-1] == str(fits)
+    assert proc.stdout.splitlines()[-1] == f"{gpy} {torch}"
 
 
 def test_layers_config_file_then_flags_then_overrides(tmp_path) -> None:

@@ -12,8 +12,8 @@ inducing points start at the inputs (``torch.linspace(0, 1, n)``, learned): cons
 Gaussian likelihood (noise above 1e-4), Cholesky variational distribution, whitened strategy, fitted by 50 Adam
 steps (lr 0.2, cosine-annealed to 0) on the predictive log likelihood, GPyTorch's initial values (raw
 parameters 0: lengthscale, outputscale and noise softplus(0) = 0.69; variational mean N(0, 1e-3), covariance
-the identity); the smoothed values are the posterior mean of f at the inputs. :func:`svgp_mean` computes the
-same in plain torch (pbx does not depend on GPyTorch), with GPyTorch's jitters (1e-3 on the inducing
+the identity); the smoothed values are the posterior mean of f at the inputs. :mod:`pbx.strategies.svgp` computes
+the same in plain torch (pbx does not depend on GPyTorch), with GPyTorch's jitters (1e-3 on the inducing
 covariance, 1e-4 on the predictive one); the fit stops after 50 steps as the reference's, short of the
 optimum, so the steps are mimicked, not replaced by a converged fit. The variational mean's initial draw is
 fixed (seed 0): the verdicts replay exactly, and are those of one seed of the reference's fit.
@@ -22,25 +22,18 @@ fixed (seed 0): the verdicts replay exactly, and are those of one seed of the re
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
-import torch
 from scipy import linalg
 
 SMOOTHERS = ("reference", "grid")
-"""The values of ``IPBTSettings.smoother``: ``reference``, the authors' sparse GP (:func:`svgp_mean`);
-``grid``, pbx's earlier exact GP on a grid (:func:`grid_mean`)."""
+"""The values of ``IPBTSettings.smoother``: ``reference``, the authors' sparse GP
+(:func:`pbx.strategies.svgp.svgp_mean`); ``grid``, pbx's earlier exact GP on a grid (:func:`grid_mean`)."""
 LENGTHSCALES = (0.2, 0.4, 0.8, 1.6)
 NOISES = (1e-2, 0.1, 0.3, 1.0)
 """The grid the ``grid`` smoother's lengthscale and noise are chosen on by marginal likelihood (the z-scores have
 unit variance, so the kernel's is 1). Its shortest lengthscale is a fifth of the generation, so the GP smooths
 round-to-round noise instead of passing through every point."""
-STEPS = 50
-LEARNING_RATE = 0.2
-INIT_STD = 1e-3
-"""The reference's fit: Adam steps, their learning rate (cosine-annealed to 0 over the steps), and the spread of
-the variational mean's initial draw (GPyTorch's ``mean_init_std``)."""
 
 
 def stagnated(bests: np.ndarray, slow_rounds: int, smoother: str = "reference") -> tuple[bool, bool]:
@@ -55,58 +48,13 @@ def stagnated(bests: np.ndarray, slow_rounds: int, smoother: str = "reference") 
     z = (finite - finite.mean()) / spread
     if len(z) >= slow_rounds and z.max() - z[:-(slow_rounds - 1)].max() < 1:
         return True, True
-    smooth = svgp_mean(tuple(z.tolist())) if smoother == "reference" else grid_mean(z)
+    if smoother == "reference":
+        from pbx.strategies.svgp import svgp_mean  # torch: a run that never asks the sparse GP does not load it
+
+        smooth = svgp_mean(tuple(z.tolist()))
+    else:
+        smooth = grid_mean(z)
     return not smooth[-1] > smooth[-2], False
-
-
-@lru_cache(maxsize=4096)
-def svgp_mean(z: tuple[float, ...]) -> np.ndarray:
-    """The reference's smoothed values of ``z`` over evenly spaced inputs in [0, 1] (module docstring). Cached:
-    IPBT's restart test replays every round of the generation each round."""
-    n = len(z)
-    y = torch.tensor(z, dtype=torch.float64)
-    x = torch.linspace(0, 1, n, dtype=torch.float64)
-    noise = torch.Generator().manual_seed(0)
-    raw = {name: torch.zeros((), dtype=torch.float64, requires_grad=True)
-           for name in ("mean", "outputscale", "lengthscale", "noise")}
-    inducing = x.clone().requires_grad_(True)
-    v_mean = (INIT_STD * torch.randn(n, generator=noise, dtype=torch.float64)).requires_grad_(True)
-    v_chol = torch.eye(n, dtype=torch.float64).requires_grad_(True)
-    params = [*raw.values(), inducing, v_mean, v_chol]
-    optimizer = torch.optim.Adam(params, lr=LEARNING_RATE)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=STEPS)
-    for _ in range(STEPS):
-        mean, var = _predict(raw, inducing, v_mean, v_chol, x)
-        chol = torch.tril(v_chol)
-        kl = 0.5 * ((chol**2).sum() + v_mean @ v_mean - n - torch.log(torch.diagonal(chol) ** 2).sum())
-        var = var + torch.nn.functional.softplus(raw["noise"]) + 1e-4
-        fit = torch.distributions.Normal(mean, var.clamp_min(1e-8).sqrt()).log_prob(y).mean() - kl / n
-        optimizer.zero_grad()
-        (-fit).backward()
-        optimizer.step()
-        schedule.step()
-    with torch.no_grad():
-        return _predict(raw, inducing, v_mean, v_chol, x)[0].numpy()
-
-
-def _predict(raw: dict[str, torch.Tensor], inducing: torch.Tensor, v_mean: torch.Tensor, v_chol: torch.Tensor,
-             x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The whitened variational posterior of f at ``x``: its mean and variance (GPyTorch's
-    ``VariationalStrategy.forward``, jitters included)."""
-    scale = torch.nn.functional.softplus(raw["outputscale"])
-    lengthscale = torch.nn.functional.softplus(raw["lengthscale"])
-    k_uu = _matern52(inducing, inducing, scale, lengthscale) + 1e-3 * torch.eye(len(inducing), dtype=x.dtype)
-    interp = torch.linalg.solve_triangular(torch.linalg.cholesky(k_uu),
-                                           _matern52(inducing, x, scale, lengthscale), upper=False)
-    mean = interp.T @ v_mean + raw["mean"]
-    chol = torch.tril(v_chol)
-    var = scale + 1e-4 + ((chol.T @ interp) ** 2).sum(0) - (interp**2).sum(0)
-    return mean, var
-
-
-def _matern52(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, lengthscale: torch.Tensor) -> torch.Tensor:
-    d = (((a[:, None] - b[None, :]) / lengthscale) ** 2).clamp_min(1e-30).sqrt()
-    return scale * (1 + math.sqrt(5) * d + 5.0 / 3.0 * d**2) * torch.exp(-math.sqrt(5) * d)
 
 
 def grid_mean(z: np.ndarray) -> np.ndarray:
