@@ -148,10 +148,17 @@ class History:
         """A new history with ``rows`` appended (the original is unchanged)."""
         # object columns keep each value as given (pandas would turn a None choice into NaN)
         new = pd.DataFrame([r.as_record(self.hp_names) for r in rows], columns=self.frame.columns, dtype=object)
-        # both sides as objects: pandas 2 warns when an all-NaN column of ``new`` meets a typed one
-        frame = new if not len(self.frame) else pd.concat([self.frame.astype(object), new], ignore_index=True)
         points = points_frame(_points(rows))
         curves = points if not len(self.curves) else pd.concat([self.curves, points], ignore_index=True)
+        if not len(self.frame):
+            return History(self.hp_names, _typed(new), curves)
+        typed = _typed(new)
+        if all(a == b for a, b in zip(typed.dtypes, self.frame.dtypes)):
+            # each column's type is what typing the whole would give (its values' kinds did not change): only
+            # the new rows are typed, not the whole history again each round
+            return History(self.hp_names, pd.concat([self.frame, typed], ignore_index=True), curves)
+        # both sides as objects: pandas 2 warns when an all-NaN column of ``new`` meets a typed one
+        frame = pd.concat([self.frame.astype(object), new], ignore_index=True)
         return History(self.hp_names, _typed(frame), curves)
 
 

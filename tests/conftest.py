@@ -27,11 +27,28 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+NO_FSYNC = Path(__file__).resolve().parent / "no_fsync"
+"""The folder whose ``sitecustomize.py`` turns ``os.fsync`` into a no-op in the processes the tests start (why:
+its docstring)."""
+
+
+def _skip_fsync() -> None:
+    """``os.fsync`` a no-op here and in every process started from here (``tests/no_fsync/sitecustomize.py``)."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(NO_FSYNC) not in paths:  # xdist's workers inherit it from the controller
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(NO_FSYNC), *paths])
+    sys.path.insert(0, str(NO_FSYNC))
+    import sitecustomize  # noqa: F401  (this process: the folder was not on the path when it started)
+
+    sys.path.remove(str(NO_FSYNC))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under xdist, each worker is pinned to its share of the cores, as pbx shares them among the MPI ranks of a
     machine: a member counts its cores (``thread_budget``), so two unpinned workers on 2 cores would each start
     2 torch threads on a ProcGen CNN and spin against each other (several times slower); pinned, each gets one.
     The subprocesses a test starts (``pbx.train``, ``mpiexec -n 2``) inherit the worker's cores."""
+    _skip_fsync()
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if worker is None or count is None or not hasattr(os, "sched_setaffinity"):
         return

@@ -77,6 +77,21 @@ def test_with_rows_leaves_the_original_unchanged() -> None:
     assert one.config_of(one.frame.iloc[0]) == {"h0": 0.5, "lr": 1 / 3, "aug": "crop"}
 
 
+@pytest.mark.parametrize("later", [{"n": 3, "aug": None}, {"n": 3.5, "aug": "flip"}, {"n": 4, "aug": "flip"}])
+def test_a_history_grown_round_by_round_is_typed_as_the_whole(later: dict[str, object]) -> None:
+    """Each round's rows are typed alone when their columns' types are the history's, and the whole is retyped
+    when a round changes one (an integer column meeting a float, a choice meeting None): either way the frame
+    is the one that typing all rows at once gives."""
+    def row(r: int, config: dict[str, object]) -> Row:
+        return dataclasses.replace(_row(0, r, float(r), 0.5), config={"h0": 0.5, "lr": 0.1, **config})
+
+    rows = [row(0, {"n": 2, "aug": "crop"}), row(1, {"n": 5, "aug": "crop"}), row(2, later)]
+    grown = History(["h0", "lr", "n", "aug"])
+    for one in rows:
+        grown = grown.with_rows([one])
+    pd.testing.assert_frame_equal(grown.frame, History(["h0", "lr", "n", "aug"]).with_rows(rows).frame)
+
+
 def test_a_round_without_every_member_of_the_population_is_dropped(tmp_path) -> None:
     path = tmp_path / "history.csv"
     log = HistoryLog(path, SPACE, 4)
