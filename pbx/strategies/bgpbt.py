@@ -13,9 +13,9 @@ are not built):
   equal to its best so far restarts: every member keeps its weights and takes a new
   config, the best of many random ones by an auxiliary GP on each finished
   generation's best (the reference's global restart,
-  :meth:`~pbx.strategies.generations.Generational.global_configs`; ``restart_search:
+  :meth:`~pbx.strategies.restart_bo.RestartBO.global_configs`; ``restart_search:
   local`` is pbx's earlier search near the best member,
-  :meth:`~pbx.strategies.generations.Generational.across_generations`); the trust
+  :meth:`~pbx.strategies.restart_bo.RestartBO.across_generations`); the trust
   region and the BO's data start again with the new generation.
 
 Departures from the reference are listed in docs/algorithms.md.
@@ -32,7 +32,8 @@ from pbx.history import History
 from pbx.standings import rank_best_first
 from pbx.space import Space
 from pbx.strategies.base import Decision
-from pbx.strategies.generations import Generational, GenerationalSettings, generation_start
+from pbx.strategies.generations import GenerationalSettings, generation_start
+from pbx.strategies.restart_bo import RestartBO
 
 RESTART_SEARCHES = ("global", "local")
 """The values of :attr:`BGPBTSettings.restart_search`."""
@@ -52,9 +53,9 @@ class BGPBTSettings(GenerationalSettings):
     restart_search: str = "global"
     """Where a restart's configs come from: ``global``, the reference's, the best ``pop_size`` of 10 x the first
     population's size random configs by UCB (1.96) on an auxiliary GP fit on each finished generation's predicted
-    best (:meth:`~pbx.strategies.generations.Generational.global_configs`), or ``local``, pbx's, UCB on the GP
+    best (:meth:`~pbx.strategies.restart_bo.RestartBO.global_configs`), or ``local``, pbx's, UCB on the GP
     across generations in a box of side ``tr_init`` around the best member's config (IPBT's search,
-    :meth:`~pbx.strategies.generations.Generational.across_generations`)."""
+    :meth:`~pbx.strategies.restart_bo.RestartBO.across_generations`)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -65,7 +66,7 @@ class BGPBTSettings(GenerationalSettings):
                              f"got {self.restart_search!r}")
 
 
-class BGPBT(Generational):
+class BGPBT(RestartBO):
     name = "BGPBT"
     settings_cls = BGPBTSettings
     settings: BGPBTSettings

@@ -15,7 +15,7 @@ population for stagnation; when it stagnates, IPBT restarts with a step
   goes on from member ``i`` when that member is in the top quantile, every other one from a random
   member of it (the reference's ``_restart``); half of them get random hyperparameters and
   half hyperparameters picked by a GP across the finished generations
-  (:meth:`~pbx.strategies.generations.Generational.across_generations`); half of
+  (:meth:`~pbx.strategies.restart_bo.RestartBO.across_generations`); half of
   them (drawn apart) get freshly initialised weights and the others
   ``shrink * w + perturb * w0`` (Ash & Adams 2020; 0.2, 0.1), ``w0`` a fresh
   initialisation; the optimizer's state stays, as the reference's. The candidates train the restart round at the new length and
@@ -42,7 +42,8 @@ from pbx.history import History, restart_marks
 from pbx.standings import rank_best_first
 from pbx.space import Space
 from pbx.strategies.base import Decision, WeightReset
-from pbx.strategies.generations import Generational, GenerationalSettings, generation_start
+from pbx.strategies.generations import GenerationalSettings, generation_start
+from pbx.strategies.restart_bo import RestartBO
 from pbx.strategies.selection import Truncation
 from pbx.strategies.stagnation import SMOOTHERS, stagnated
 
@@ -100,7 +101,7 @@ class IPBTSettings(GenerationalSettings):
                 raise UsageError(f"{name} must be in [0, 1], got {getattr(self, name)}")
 
 
-class IPBT(Generational):
+class IPBT(RestartBO):
     name = "IPBT"
     settings_cls = IPBTSettings
     settings: IPBTSettings
