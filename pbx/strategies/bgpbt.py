@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pbx.errors import UsageError
 from pbx.history import History
+from pbx.settings import check_choices
 from pbx.standings import rank_best_first
 from pbx.space import Space
 from pbx.strategies.base import Decision
@@ -59,11 +59,7 @@ class BGPBTSettings(GenerationalSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.last_rounds not in ("extend", "cut"):
-            raise UsageError(f"last_rounds must be one of extend, cut, got {self.last_rounds!r}")
-        if self.restart_search not in RESTART_SEARCHES:
-            raise UsageError(f"restart_search must be one of {', '.join(RESTART_SEARCHES)}, "
-                             f"got {self.restart_search!r}")
+        check_choices(self, last_rounds=("extend", "cut"), restart_search=RESTART_SEARCHES)
 
 
 class BGPBT(RestartBO):

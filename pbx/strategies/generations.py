@@ -41,6 +41,7 @@ from threadpoolctl import threadpool_limits
 
 from pbx.errors import UsageError
 from pbx.history import History, skipped
+from pbx.settings import check_choices
 from pbx.standings import rank_best_first
 from pbx.space import Space
 from pbx.strategies.bayes.acquisition import Acquisition, Box, perturbed
@@ -107,14 +108,8 @@ class GenerationalSettings(PB2Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.tr_search not in TR_SEARCHES:
-            raise UsageError(f"tr_search must be one of {', '.join(TR_SEARCHES)}, got {self.tr_search!r}")
-        if self.tr_collapse not in TR_COLLAPSES:
-            raise UsageError(f"tr_collapse must be one of {', '.join(TR_COLLAPSES)}, got {self.tr_collapse!r}")
-        if self.exploit_rule not in EXPLOIT_RULES:
-            raise UsageError(f"exploit_rule must be one of {', '.join(EXPLOIT_RULES)}, got {self.exploit_rule!r}")
-        if self.first_explore not in FIRST_EXPLORES:
-            raise UsageError(f"first_explore must be one of {', '.join(FIRST_EXPLORES)}, got {self.first_explore!r}")
+        check_choices(self, tr_search=TR_SEARCHES, tr_collapse=TR_COLLAPSES, exploit_rule=EXPLOIT_RULES,
+                      first_explore=FIRST_EXPLORES)
         if not 0 < self.tr_min <= self.tr_init <= self.tr_max <= 1:
             raise UsageError(f"the trust region needs 0 < tr_min <= tr_init <= tr_max <= 1, got {self.tr_min}, "
                              f"{self.tr_init}, {self.tr_max}")

@@ -39,6 +39,7 @@ import numpy as np
 
 from pbx.errors import UsageError
 from pbx.history import History, restart_marks
+from pbx.settings import check_choices
 from pbx.standings import rank_best_first
 from pbx.space import Space
 from pbx.strategies.base import Decision, WeightReset
@@ -89,13 +90,7 @@ class IPBTSettings(GenerationalSettings):
             raise UsageError(f"step_factor must be >= 1, got {self.step_factor}")
         if not isinstance(self.slow_rounds, int) or self.slow_rounds < 2:
             raise UsageError(f"slow_rounds must be an integer >= 2, got {self.slow_rounds!r}")
-        if self.last_rounds not in ("halves", "cut"):
-            raise UsageError(f"last_rounds must be one of halves, cut, got {self.last_rounds!r}")
-        if self.smoother not in SMOOTHERS:
-            raise UsageError(f"smoother must be one of {', '.join(SMOOTHERS)}, got {self.smoother!r}")
-        if self.optimizer_state not in OPTIMIZER_STATES:
-            raise UsageError(f"optimizer_state must be one of {', '.join(OPTIMIZER_STATES)}, "
-                             f"got {self.optimizer_state!r}")
+        check_choices(self, last_rounds=("halves", "cut"), smoother=SMOOTHERS, optimizer_state=OPTIMIZER_STATES)
         for name in ("random_configs", "random_weights"):
             if not 0 <= getattr(self, name) <= 1:
                 raise UsageError(f"{name} must be in [0, 1], got {getattr(self, name)}")
