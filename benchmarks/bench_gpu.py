@@ -23,8 +23,8 @@
     Adam's step) and the rest of ``train()``; last, what the call spends outside
     rollouts and updates (SB3's ``learn`` set-up, the logger; for the member also
     its RNG swap, the copy of its learner kept for a rollback, the finite-weights
-    check and the score). The rows add up to the call's wall time. The timers are
-    wrapped around methods of the two instances (SB3 and pbx are not edited); on
+    check and the score). The rows add up to the call's wall time. The timers
+    (``call_split.py``) are wrapped around methods of the two instances (SB3 and pbx are not edited); on
     CUDA each reading of the clock first waits for the GPU
     (``torch.cuda.synchronize``), so GPU work is counted in the part that launched
     it, not where the CPU next happens to wait for it. Synchronising costs a little
