@@ -23,8 +23,8 @@
     Adam's step) and the rest of ``train()``; last, what the call spends outside
     rollouts and updates (SB3's ``learn`` set-up, the logger; for the member also
     its RNG swap, the copy of its learner kept for a rollback, the finite-weights
-    check and the score). The rows add up to the call's wall time. The timers are
-    wrapped around methods of the two instances (SB3 and pbx are not edited); on
+    check and the score). The rows add up to the call's wall time. The timers
+    (``call_split.py``) are wrapped around methods of the two instances (SB3 and pbx are not edited); on
     CUDA each reading of the clock first waits for the GPU
     (``torch.cuda.synchronize``), so GPU work is counted in the part that launched
     it, not where the CPU next happens to wait for it. Synchronising costs a little
@@ -63,20 +63,16 @@ The test's quick run on a CPU:
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import pandas as pd
 import torch
 
 # pbx first: it silences the banner that importing procgen / SB3 would print (see pbx.envs).
@@ -93,9 +89,9 @@ from pbx.members.ppo.ppo import PPOMember, PPOSettings
 from pbx.members.ppo.update import VALUE_LOSSES, PPOUpdate
 from pbx.members.sb3.process import set_precision
 
-ROOT = Path(__file__).resolve().parent.parent
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec") if (Path(sys.executable).parent / "mpiexec").exists() \
-    else shutil.which("mpiexec") or "mpiexec"  # the mpich wheel's, beside this Python, else the system's
+from call_split import Clock, Split, counted, split
+from gpu_machine import AS_ROOT, ROOT, cores, launcher, open_mpi, pick_device, pin_cores, population_rate, root
+
 CONFIG = {"ent_coef": 0.01, "learning_rate": 5e-4, "clip_range": 0.2}
 """The search space's defaults (``ppo_procgen.yaml``), the ProcGen paper's values."""
 POPULATION = 4
@@ -123,170 +119,6 @@ SETTINGS = {
     "paper": Setting(n_envs=64, n_steps=256, batch_size=2048, rollouts=2, pop_rollouts=2),
 }
 N_EPOCHS = 3
-
-PARTS = (
-    ("env", "env stepping (env.step)"),
-    ("inference", "inference (policy forward)"),
-    ("rollout_other", "rest of the rollout"),
-    ("flatten", "rollout buffer flatten"),
-    ("gather", "minibatch gather"),
-    ("copy", "host-to-device copy"),
-    ("fwd_bwd", "forward + backward"),
-    ("optimizer", "optimizer (clip + step)"),
-    ("update_other", "rest of the update"),
-    ("outside", "outside rollout and update"),
-)
-"""The rows of (b): key and label; they add up to the call's wall time."""
-
-
-class Clock:
-    """``time.perf_counter()``, read once the device has finished the work queued on it (on CUDA)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.cuda = device.type == "cuda"
-
-    def __call__(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter()
-
-
-class Split:
-    """Timers around one SB3 PPO's rollout and update, on the instance's own methods (see (b) above).
-
-    Inside ``with split:`` the model's ``collect_rollouts``, ``train``, its env's ``step``, its
-    policy's ``forward`` and ``parameters`` (``clip_grad_norm_`` asks for them, which marks the
-    clip's start), its optimizer's ``step`` and its rollout buffer's ``swap_and_flatten``,
-    ``_get_samples`` and ``to_torch`` are wrapped; afterwards the instances are as they were.
-    ``seconds`` accumulates over the calls made inside; :meth:`rows` turns it into the parts.
-    """
-
-    def __init__(self, model: BaseAlgorithm, clock: Clock) -> None:
-        self.model, self.clock = model, clock
-        self.seconds = dict.fromkeys(("call", "rollout", "env", "inference", "update", "flatten", "samples",
-                                      "copy", "fwd_bwd", "optimizer"), 0.0)
-        self.minibatches = 0
-        self.calls = 0
-        self._rollout = self._update = self._sampling = False
-        self._ready: float | None = None
-        self._clip: float | None = None
-        self._wrapped: list[tuple[Any, str]] = []
-
-    def time(self, call: Callable[[], object]) -> None:
-        """Run ``call`` (one member.train or plain.learn) with the timers in place, timing it whole too."""
-        with self:
-            start = self.clock()
-            call()
-            self.seconds["call"] += self.clock() - start
-            self.calls += 1
-
-    def __enter__(self) -> Split:
-        model = self.model
-        buffer, policy = model.rollout_buffer, model.policy
-        self._wrap(model, "collect_rollouts", self._phase("rollout"))
-        self._wrap(model, "train", self._phase("update"))
-        self._wrap(model.env, "step", self._timed("env", lambda: self._rollout))
-        self._wrap(policy, "forward", self._timed("inference", lambda: self._rollout))
-        self._wrap(buffer, "swap_and_flatten", self._timed("flatten", lambda: self._update))
-        self._wrap(buffer, "_get_samples", self._samples)
-        self._wrap(buffer, "to_torch", self._timed("copy", lambda: self._sampling))
-        self._wrap(policy, "parameters", self._parameters)
-        self._wrap(policy.optimizer, "step", self._step)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        while self._wrapped:
-            owner, name = self._wrapped.pop()
-            delattr(owner, name)
-
-    def _wrap(self, owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-        if name in vars(owner):
-            raise RuntimeError(f"{type(owner).__name__}.{name} is already replaced on the instance; "
-                               "the split's timers would not come off cleanly")
-        setattr(owner, name, make(getattr(owner, name)))
-        self._wrapped.append((owner, name))
-
-    def _phase(self, key: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """A rollout or an update: timed whole, and marked as under way for the timers inside it."""
-        flag = f"_{key}"
-
-        def make(original: Callable[..., Any]) -> Callable[..., Any]:
-            def phase(*args: Any, **kwargs: Any) -> Any:
-                setattr(self, flag, True)
-                start = self.clock()
-                try:
-                    return original(*args, **kwargs)
-                finally:
-                    self.seconds[key] += self.clock() - start
-                    setattr(self, flag, False)
-                    self._ready = self._clip = None
-            return phase
-        return make
-
-    def _timed(self, key: str, active: Callable[[], bool]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """A method whose time goes to ``key`` while ``active()`` (in the phase it belongs to)."""
-        def make(original: Callable[..., Any]) -> Callable[..., Any]:
-            def timed(*args: Any, **kwargs: Any) -> Any:
-                if not active():
-                    return original(*args, **kwargs)
-                start = self.clock()
-                try:
-                    return original(*args, **kwargs)
-                finally:
-                    self.seconds[key] += self.clock() - start
-            return timed
-        return make
-
-    def _samples(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """A minibatch drawn: gather and copies; its arrival starts the forward and backward."""
-        def samples(*args: Any, **kwargs: Any) -> Any:
-            if not self._update:
-                return original(*args, **kwargs)
-            self._sampling = True
-            start = self.clock()
-            try:
-                result = original(*args, **kwargs)
-            finally:
-                self._sampling = False
-            self._ready = self.clock()
-            self.seconds["samples"] += self._ready - start
-            self.minibatches += 1
-            return result
-        return samples
-
-    def _parameters(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """The policy's parameters asked for after a minibatch's loss: the last such call before the optimizer's
-        step is ``clip_grad_norm_``'s, so it ends the backward pass and starts the optimizer."""
-        def parameters(*args: Any, **kwargs: Any) -> Any:
-            if self._update and self._ready is not None:
-                self._clip = self.clock()
-            return original(*args, **kwargs)
-        return parameters
-
-    def _step(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def step(*args: Any, **kwargs: Any) -> Any:
-            if not (self._update and self._ready is not None and self._clip is not None):
-                return original(*args, **kwargs)
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.seconds["fwd_bwd"] += self._clip - self._ready
-                self.seconds["optimizer"] += self.clock() - self._clip
-                self._ready = self._clip = None
-        return step
-
-    def rows(self) -> dict[str, float]:
-        """Seconds per part of :data:`PARTS`, summed over the timed calls; they add up to ``call``."""
-        s = self.seconds
-        return {
-            "env": s["env"], "inference": s["inference"], "rollout_other": s["rollout"] - s["env"] - s["inference"],
-            "flatten": s["flatten"], "gather": s["samples"] - s["copy"], "copy": s["copy"],
-            "fwd_bwd": s["fwd_bwd"], "optimizer": s["optimizer"],
-            "update_other": s["update"] - s["flatten"] - s["samples"] - s["fwd_bwd"] - s["optimizer"],
-            "outside": s["call"] - s["rollout"] - s["update"],
-        }
-
 
 def build(setting: Setting, env: str, device: str, value_loss: str, precision: str = "torch",
           channels_last: bool = False) -> tuple[PPOMember, BaseAlgorithm]:
@@ -316,10 +148,6 @@ def build(setting: Setting, env: str, device: str, value_loss: str, precision: s
     return member, plain
 
 
-def counted(n: int, word: str, plural: str = "") -> str:
-    return f"{n:,} {word if n == 1 else plural or word + 's'}"
-
-
 def _rate(steps_per_second: float) -> str:
     """A rate as printed: whole steps from 100 up, else with two decimals (the small CPU setting's)."""
     return f"{steps_per_second:,.0f}" if steps_per_second >= 100 else f"{steps_per_second:.2f}"
@@ -347,76 +175,25 @@ def throughput(ours: Callable[[], None], plain: Callable[[], None], steps: int, 
             statistics.median(p[0] / p[1] for p in pairs))
 
 
-def split(ours: Split, plain: Split, member_call: Callable[[], None], plain_call: Callable[[], None],
-          calls: int) -> None:
-    """(b): ``calls`` timed calls per side, alternating; the table of parts, summed over them."""
-    for i in range(calls):
-        first, second = ((ours, member_call), (plain, plain_call)) if i % 2 == 0 else \
-            ((plain, plain_call), (ours, member_call))
-        first[0].time(first[1])
-        second[0].time(second[1])
-    rows = {"member": ours.rows(), "plain SB3": plain.rows()}
-    totals = {"member": ours.seconds["call"], "plain SB3": plain.seconds["call"]}
-    print(f"    {'part':<30}" + "".join(f" {name + ' s':>12} {'%':>6}" for name in rows))
-    for key, label in PARTS:
-        print(f"    {label:<30}" + "".join(f" {rows[n][key]:12.4f} {rows[n][key] / totals[n]:6.1%}" for n in rows))
-    print(f"    {'total (the calls)':<30}" + "".join(f" {totals[n]:12.4f} {1:6.1%}" for n in rows))
-    for name, timed in (("member", ours), ("plain SB3", plain)):
-        update = timed.seconds["update"]
-        print(f"    {name}: train() {update / totals[name]:.0%} of the time, {update / timed.minibatches * 1e3:.1f} ms "
-              f"per minibatch ({counted(timed.minibatches, 'minibatch', 'minibatches')} in "
-              f"{counted(timed.calls, 'call')})", flush=True)
-
-
-def population_rate(ranks: int | None, args: list[str], steps: int, folder: Path) -> float:
+def population_run(ranks: int | None, args: list[str], folder: Path) -> float:
     """(c): env steps per second of one ``pbx.train`` run over its rounds after the first; ``ranks`` None is one
     process without MPI, else ``mpiexec -n ranks`` with the MPI runner."""
     command = [sys.executable, "-m", "pbx.train", *args, "--run-dir", str(folder)]
     env = dict(os.environ)
     if ranks is not None:
         command = [*launcher(ranks), *command, "--runner", "mpi"]
-        if _open_mpi() and _root():
-            env |= {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        if open_mpi() and root():
+            env |= AS_ROOT
     try:
         proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
     except FileNotFoundError:
         raise SystemExit(f"{command[0]} not found: install an MPI (the mpich wheel: pip install mpich), or leave "
                          f"the MPI runs out with --skip-mpi") from None
-    if proc.returncode != 0:
+    rate = population_rate(folder) if proc.returncode == 0 else None
+    if rate is None:
         raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
                          f"{proc.stderr[-4000:]}")
-    wall = pd.read_csv(folder / "history.csv").groupby("round")["wall_s"].max().sort_index()
-    return steps / float(wall.iloc[-1] - wall.iloc[0])
-
-
-def launcher(ranks: int | str) -> list[str]:
-    """``mpiexec -n ranks``, and for Open MPI what it needs to run pbx as pbx expects: no binding (Open MPI
-    binds each of one or two ranks to a single core by default, while pbx shares a machine's cores among its
-    ranks itself, see :func:`pbx.members.sb3.process.thread_budget`), and as root (the GPU machines run as root)
-    the flag without which it refuses to start."""
-    command = [MPIEXEC, "-n", str(ranks)]
-    if _open_mpi():
-        command += ["--bind-to", "none"] + (["--allow-run-as-root"] if _root() else [])
-    return command
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _root() -> bool:
-    return hasattr(os, "geteuid") and os.geteuid() == 0
-
-
-@functools.cache
-def _open_mpi() -> bool:
-    """Whether ``mpiexec`` is Open MPI's (whose version line names it), not MPICH's."""
-    try:
-        out = subprocess.run([MPIEXEC, "--version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    text = (out.stdout + out.stderr).lower()
-    return "open mpi" in text or "openrte" in text or "prrte" in text or "prterun" in text
+    return rate
 
 
 def population(setting: Setting, env: str, device: str, value_loss: str, rounds: int, ranks: list[int]) -> None:
@@ -426,7 +203,6 @@ def population(setting: Setting, env: str, device: str, value_loss: str, rounds:
             "--t_ready", str(t_ready), "--max_budget", str(rounds * t_ready),
             "-m", f"n_envs={s.n_envs}", f"n_steps={s.n_steps}", f"batch_size={s.batch_size}", f"n_epochs={N_EPOCHS}",
             f"value_loss={value_loss}", "eval_episodes=0"]
-    steps = POPULATION * t_ready * (rounds - 1)
     timed = "round 2" if rounds == 2 else f"rounds 2-{rounds}"
     print(f"(c) population {POPULATION} (PBT), {rounds} rounds of {t_ready:,} steps per member, test episodes off; "
           f"total env steps/s over {timed}" + (f"; launcher: {' '.join(launcher('N'))}" if ranks else ""),
@@ -434,7 +210,7 @@ def population(setting: Setting, env: str, device: str, value_loss: str, rounds:
     with tempfile.TemporaryDirectory() as tmp:
         for n in [None, *ranks]:
             where = "one process, members in turn" if n is None else f"mpiexec -n {n} ({POPULATION // n} per rank)"
-            r = population_rate(n, args, steps, Path(tmp) / f"n{n or 0}")
+            r = population_run(n, args, Path(tmp) / f"n{n or 0}")
             print(f"    {where:<34} {_rate(r):>12} env steps/s", flush=True)
 
 
@@ -468,15 +244,8 @@ def main() -> None:
                         help="run on this many of the cores this process may use (default all); pbx gives torch "
                              "and ProcGen threads by the cores it sees. On a busy CPU machine, 1")
     args = parser.parse_args()
-    if args.cores is not None:
-        if not hasattr(os, "sched_setaffinity"):
-            parser.error("--cores needs os.sched_setaffinity (Linux)")
-        allowed = sorted(os.sched_getaffinity(0))
-        if not 1 <= args.cores <= len(allowed):
-            parser.error(f"--cores must be between 1 and the {len(allowed)} cores this process may use")
-        os.sched_setaffinity(0, allowed[-args.cores:])  # before the member counts them; (c)'s processes inherit it
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda but torch sees no CUDA GPU")
+    pin_cores(parser, args.cores)
+    device = pick_device(parser, args.device)
     if not PROCGEN.recognises(args.env):
         parser.error(f"--env must be a ProcGen game, got {args.env!r}")
     for flag in ("repeats", "split_calls"):
@@ -486,7 +255,6 @@ def main() -> None:
         parser.error("--pop-rounds must be at least 2 (the first round is not timed)")
     if any(n < 1 or POPULATION % n for n in args.ranks):
         parser.error(f"--ranks must divide the population of {POPULATION}")
-    device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
     name = args.setting or ("paper" if device == "cuda" else "small")
     s = SETTINGS[name]
     if args.rollouts is not None:
@@ -502,7 +270,7 @@ def main() -> None:
     print(f"{args.env}, {name} setting: {s.n_envs} envs x {s.n_steps} steps, minibatch {s.batch_size}, {N_EPOCHS} "
           f"epochs, {args.value_loss} value loss on both sides; member precision {args.precision}"
           f"{', channels-last' if args.channels_last else ''}; {counted(s.rollouts, 'rollout')} ({steps:,} env "
-          f"steps) per call; on {dev} ({where}), {counted(_cores(), 'core')}, torch {torch.__version__}, "
+          f"steps) per call; on {dev} ({where}), {counted(cores(), 'core')}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} torch threads, {member._env_threads} ProcGen threads", flush=True)
 
     def member_call() -> None:

@@ -87,10 +87,11 @@ def _packed(work: Path, level: str) -> bytes:
     xz: on a bigfish checkpoint xz's file is 7% smaller and took 16 times as long (10.3 s against 0.64 s here), time
     that a campaign takes from training."""
     buffer = io.BytesIO()
+    last: dict[Path, int | None] = {}
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for path in sorted((work / "runs").rglob("*")):
             relative = path.relative_to(work / "runs")
-            if not path.is_file() or relative.parts[1:2] == ("tb",) or path.name == ".lock" or _superseded(path):
+            if not path.is_file() or relative.parts[1:2] == ("tb",) or path.name == ".lock" or _superseded(path, last):
                 continue
             if path.suffix == ".ckpt":
                 data = io.BytesIO()
@@ -103,18 +104,28 @@ def _packed(work: Path, level: str) -> bytes:
     return gzip.compress(buffer.getvalue(), compresslevel=6, mtime=0)
 
 
-def _superseded(path: Path) -> bool:
+def _superseded(path: Path, last: dict[Path, int | None]) -> bool:
     """Whether ``path`` is a checkpoint in ``checkpoints/`` of a round other than the run's last finished one (a
     resume starts from the last round's checkpoints, and the runner keeps the round before too (against a kill
     while the last is written), which would double the archive. (Replay segments stay: a newer checkpoint reads
-    older rounds' segments.)"""
-    history = path.parent.parent / "history.csv"
-    if path.suffix != ".ckpt" or path.parent.name != "checkpoints" or not history.is_file():
+    older rounds' segments.) ``last``: each run folder's last finished round, filled as the runs are met, so that
+    a run's history is read once however many checkpoints it has."""
+    if path.suffix != ".ckpt" or path.parent.name != "checkpoints":
         return False
+    run = path.parent.parent
+    if run not in last:
+        last[run] = _last_round(run / "history.csv")
     round_ = re.search(r"\.r(\d+)\.", path.name)
+    return round_ is not None and last[run] is not None and int(round_.group(1)) != last[run]
+
+
+def _last_round(history: Path) -> int | None:
+    """The last finished round of a run's ``history.csv``; None without one (no file, no rows)."""
+    if not history.is_file():
+        return None
     rounds = [int(line.split(",")[1]) for line in history.read_text().splitlines()[1:]
               if line.count(",") > 1 and line.split(",")[1].isdigit()]
-    return round_ is not None and bool(rounds) and int(round_.group(1)) != max(rounds)
+    return max(rounds) if rounds else None
 
 
 def archive(work: Path, target: Path, part_mb: float, archive_mb: float, say: Callable[[str], None]) -> list[Path]:

@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import yaml
 
@@ -139,70 +139,127 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), 
     whose memory (an off-policy agent's replay buffer) must be there; None: the run's population,
     as training builds it (``pbx.evaluate`` and ``pbx.export`` build one member).
     """
-    merged: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
-    flat: dict[str, Any] = {}
-    space_spec: Any = None
-    named_space = False
+    given = _merge(layers, overrides)
+    choice = _choose(given)
+    cfg = _build(_sections(given, choice), choice, given.member_input)
+    _check_population(cfg, choice.env, builds)
+    return cfg
+
+
+@dataclass
+class _Input:
+    """The layers and overrides merged, before the sections are known: a flat key's section depends on the
+    strategy and member, which the input itself names."""
+
+    merged: dict[str, dict[str, Any]]
+    """Each section's keys, as the layers' sections gave them."""
+    flat: dict[str, Any]
+    """Flat and dotted keys, the overrides last."""
+    space_spec: Any
+    """The last inline space (a resolved config.yaml's), or None."""
+    named_space: bool
     """Whether a space file is named after the inline space (a flag or -m on a resolved config.yaml)."""
-    member_input: dict[str, tuple[Any, bool]] = {}
+    member_input: dict[str, tuple[Any, bool]]
     """Possible member settings the input sets: value, and whether a run's own config.yaml holds it."""
+
+
+class _Choice(NamedTuple):
+    """What the input picks before any section is built: the env, search, space and the classes they name."""
+
+    env: str
+    search: str
+    run_raw: dict[str, Any]
+    """The ``run`` section's raw values over the member's and the strategy's run defaults."""
+    strategy_cls: type[Strategy]
+    member_cls: type[Member]
+    space_source: str
+    space: Space
+
+
+def _merge(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str]) -> _Input:
+    """The layers, later winning, then the ``-m`` overrides. Section keys are kept apart from flat ones: a flat
+    key's section is known only once the input's strategy and member are (:func:`_sections` routes it)."""
+    given = _Input({s: {} for s in SECTIONS}, {}, None, False, {})
     for layer in layers:
         inline = isinstance(layer.get("space"), Mapping)
         for key, value in layer.items():
             if key in SECTIONS:
                 if not isinstance(value, Mapping):
                     raise UsageError(f"config section {key!r} must be a mapping, got {value!r}")
-                merged[key].update(value)
+                given.merged[key].update(value)
                 if key == "member":
-                    member_input.update({name: (v, inline) for name, v in value.items()})
+                    given.member_input.update({name: (v, inline) for name, v in value.items()})
             elif key == "space" and inline:
-                space_spec = value
+                given.space_spec = value
             elif key == PROVENANCE:
                 if not isinstance(value, Mapping):
                     raise UsageError(f"config section {key!r} (the pbx that started the run) must be a mapping of "
                                      f"version, commit and code, got {value!r}")
             else:
-                flat[key] = value
-                member_input[key.removeprefix("member.")] = (value, False)
+                given.flat[key] = value
+                given.member_input[key.removeprefix("member.")] = (value, False)
         names = "space" in layer or "space" in (layer.get("run") or {})
-        named_space = False if inline else named_space or names
+        given.named_space = False if inline else given.named_space or names
     for item in overrides:
         key, value = parse_override(item)
-        flat[key] = value
-        member_input[key.removeprefix("member.")] = (value, False)
-        named_space |= key in ("space", "run.space")
+        given.flat[key] = value
+        given.member_input[key.removeprefix("member.")] = (value, False)
+        given.named_space |= key in ("space", "run.space")
+    return given
 
+
+def _choose(given: _Input) -> _Choice:
+    """The env, search and space, and from them the strategy and member classes, whose defaults then fill the
+    ``run`` section under the input.
+
+    The space comes first: it decides the member (DrAC's PPO when it holds an augmentation), and a bandit's
+    --cat_exp on a ProcGen game with no space named takes PB2-Mix's space; random and fixed (the PBT spellings)
+    train what leaving --cat_exp out trains. A resolved config.yaml carries its space inline; a space named by a
+    flag or -m replaces it.
+    """
+    flat = given.flat
     run_fields = field_names(RunSettings)
-    run_raw = {**merged["run"], **{k: v for k, v in flat.items() if k in run_fields}}
+    run_raw = {**given.merged["run"], **{k: v for k, v in flat.items() if k in run_fields}}
     env = str(run_raw.get("env", RunSettings.env))
     algo = run_raw["algo"] = str(run_raw.get("algo", RunSettings.algo)).lower()
     search = canonical_search(run_raw.get("search", RunSettings.search))
     run_raw["search"] = search
     strat_cls = strategy_class(search)
-    # The space comes first: it decides the member (DrAC's PPO when it holds an augmentation), and a
-    # bandit's --cat_exp on a ProcGen game with no space named takes PB2-Mix's space; random and fixed
-    # (the PBT spellings) train what leaving --cat_exp out trains.
-    # A resolved config.yaml carries its space inline; a space named by a flag or -m replaces it.
-    cat_exp = flat.get("strategy.cat_exp", flat.get("cat_exp", merged["strategy"].get("cat_exp")))
+    cat_exp = flat.get("strategy.cat_exp", flat.get("cat_exp", given.merged["strategy"].get("cat_exp")))
     bandit = cat_exp is not None and canonical_cat_exp(cat_exp, CAT_EXPS, search) in BANDITS
     space_source, space = _load_space(flat.get("run.space", run_raw.get("space")),
-                                      lambda: space_file(env, bandit, algo), None if named_space else space_spec)
-    member_cls = member_class(env, [*space.names, *member_input], algo)
+                                      lambda: space_file(env, bandit, algo),
+                                      None if given.named_space else given.space_spec)
+    member_cls = member_class(env, [*space.names, *given.member_input], algo)
     run_raw = {**member_cls.run_defaults(env), **strat_cls.run_defaults(), **run_raw}
+    return _Choice(env, search, run_raw, strat_cls, member_cls, space_source, space)
 
-    sections = {"run": RunSettings, "strategy": strat_cls.settings_cls, "member": member_cls.settings_cls}
-    raw = {"run": run_raw, "strategy": dict(merged["strategy"]),
-           "member": {**member_cls.setting_defaults(env), **merged["member"]}}
-    for key, value in flat.items():
-        section, name = _route(key, sections, search, env)
+
+def _sections(given: _Input, choice: _Choice) -> dict[str, dict[str, Any]]:
+    """Each section's raw settings: its defaults, its own keys, then each flat key routed to the one section
+    that has it (:func:`_route`); a key no section has is refused with the section's valid names."""
+    sections = {"run": RunSettings, "strategy": choice.strategy_cls.settings_cls,
+                "member": choice.member_cls.settings_cls}
+    raw = {"run": choice.run_raw, "strategy": dict(given.merged["strategy"]),
+           "member": {**choice.member_cls.setting_defaults(choice.env), **given.merged["member"]}}
+    for key, value in given.flat.items():
+        section, name = _route(key, sections, choice.search, choice.env)
         raw[section][name] = canonical_search(value) if (section, name) == ("run", "search") else value
     for section, cls in sections.items():
         unknown = set(raw[section]) - field_names(cls)
         if section == "strategy" and unknown & {"cat_exp", "fixed_cat_val"}:
-            raise UsageError(f"--cat_exp and --fixed_cat_val are settings of --search PBT and PB2, not {search}")
+            raise UsageError(f"--cat_exp and --fixed_cat_val are settings of --search PBT and PB2, not "
+                             f"{choice.search}")
         if unknown:
             raise UsageError(f"unknown {section} setting(s) {sorted(unknown)}; valid: {sorted(field_names(cls))}")
+    return raw
 
+
+def _build(raw: Mapping[str, dict[str, Any]], choice: _Choice,
+           member_input: Mapping[str, tuple[Any, bool]]) -> RunConfig:
+    """The typed sections, each checked alone and then against the others (a restart needs a member that can
+    reset its weights, a searched setting must not be set too, each class checks the space)."""
+    env, search, strat_cls, member_cls = choice.env, choice.search, choice.strategy_cls, choice.member_cls
     run = build(RunSettings, raw["run"])
     if run.t_ready is None or run.max_budget is None:
         raise UsageError(f"t_ready and max_budget must be set for --env {env}")
@@ -215,21 +272,28 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), 
                          f"member ({member_cls.__name__}) cannot make (Member.reset_weights)")
     selection(run)
     strat_cls.roles(strategy, run.pop_size)
+    _refuse_searched(member_input, member_cls.settings_cls, choice.space, choice.space_source)
+    member_cls.validate(choice.space, member, run.device)
+    strat_cls.validate(strategy, choice.space)
+    return RunConfig(run, strategy, member, choice.space, choice.space_source, member_cls, strat_cls,
+                     run_record(run.env))
 
-    _refuse_searched(member_input, member_cls.settings_cls, space, space_source)
-    member_cls.validate(space, member, run.device)
-    strat_cls.validate(strategy, space)
-    cfg = RunConfig(run, strategy, member, space, space_source, member_cls, strat_cls, run_record(run.env))
-    # Off-policy agents' replay buffers, allocated whole for every member built on the machine, must fit in its
-    # memory: in a larger first or restart population (BG-PBT, IPBT) that is more than pop_size.
-    member_cls.check_population(env, cfg.most_members if builds is None else builds, member)
+
+def _check_population(cfg: RunConfig, env: str, builds: int | None) -> None:
+    """Refuse a population the run cannot hold or answer with.
+
+    Off-policy agents' replay buffers, allocated whole for every member built on the machine, must fit in its
+    memory: in a larger first or restart population (BG-PBT, IPBT) that is more than pop_size. And the larger
+    first population is cut after its round: a run that ends with it would answer uncut.
+    """
+    run = cfg.run
+    assert run.t_ready is not None and run.max_budget is not None  # _build refused a run without them
+    cfg.member_cls.check_population(env, cfg.most_members if builds is None else builds, cfg.member)
     if cfg.init_size > run.pop_size and cfg.rules.plan([False]).done:
-        # the larger first population is cut after its round: a run that ends with it would answer uncut
         cost = cfg.init_size / run.pop_size
         raise UsageError(f"max_budget {run.max_budget:,} leaves no round after the first population's ({cfg.init_size} "
                          f"members for {run.pop_size} cost {cost:g} x t_ready {run.t_ready:,}): raise max_budget "
                          f"above {cost * run.t_ready:,g} or lower t_ready")
-    return cfg
 
 
 def rules(run: RunSettings, strategy_cls: type[Strategy], strategy: StrategySettings,

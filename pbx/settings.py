@@ -15,7 +15,7 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -32,6 +32,15 @@ def check_seed(seed: int, name: str) -> None:
     levels (gymnasium refuses a negative one with a traceback)."""
     if not 0 <= seed < 2**32:
         raise UsageError(f"{name} must be a whole number from 0 to 2**32 - 1, got {seed}")
+
+
+def check_choices(settings: object, **choices: Sequence[str]) -> None:
+    """Raise :class:`UsageError` for the first of ``settings``' fields named in ``choices`` whose value is not one
+    of its choices: the one message, naming them, of every setting that takes a word."""
+    for name, allowed in choices.items():
+        value = getattr(settings, name)
+        if value not in allowed:
+            raise UsageError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
 
 
 @dataclass
@@ -97,10 +106,7 @@ class RunSettings:
             raise UsageError(f"eval_every must be a positive number of rounds, got {self.eval_every}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise UsageError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.runner not in RUNNERS:
-            raise UsageError(f"runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}")
-        if self.comm not in COMM_MODES:
-            raise UsageError(f"comm must be one of {', '.join(COMM_MODES)}, got {self.comm!r}")
+        check_choices(self, runner=RUNNERS, comm=COMM_MODES)
 
 
 def parse_override(item: str) -> tuple[str, Any]:

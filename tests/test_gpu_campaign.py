@@ -114,3 +114,26 @@ def test_each_archive_level_loads_into_a_member_that_trains(tmp_path: Path) -> N
         assert resumed.steps == member.steps
         resumed.train(32)
         assert resumed.steps == member.steps + 32
+
+
+def test_the_archive_carries_each_runs_last_round_reading_its_history_once(tmp_path: Path, monkeypatch) -> None:
+    """Of each run's checkpoints only the last finished round's travel (the one before, kept against a kill, and
+    one written past the history's last round stay behind; replay segments travel); each history is read once,
+    not once per checkpoint."""
+    for run, last in (("a", 2), ("b", 0)):
+        folder = tmp_path / "runs" / run
+        (folder / "checkpoints").mkdir(parents=True)
+        (folder / "history.csv").write_text("member,round,score\n" + "".join(f"0,{r},1.0\n" for r in range(last + 1)))
+        for r in range(max(last - 1, 0), last + 2):
+            for m in range(3):
+                torch.save({"steps": r}, folder / "checkpoints" / f"member_{m}.r{r}.ckpt")
+        (folder / "checkpoints" / "member_0.r0.replay").write_bytes(b"segment")
+    reads: list[str] = []
+    read_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda path, *args: reads.append(path.parent.name) or read_text(path, *args))
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(archive._packed(tmp_path, "full")))) as tar:
+        names = sorted(n for n in tar.getnames() if "checkpoints" in n)
+    travel = [f"{run}/checkpoints/{name}" for run, r in (("a", 2), ("b", 0))
+              for name in [*(f"member_{m}.r{r}.ckpt" for m in range(3)), "member_0.r0.replay"]]
+    assert names == sorted(travel)
+    assert sorted(reads) == ["a", "b"]

@@ -13,9 +13,9 @@ are not built):
   equal to its best so far restarts: every member keeps its weights and takes a new
   config, the best of many random ones by an auxiliary GP on each finished
   generation's best (the reference's global restart,
-  :meth:`~pbx.strategies.generations.Generational.global_configs`; ``restart_search:
+  :meth:`~pbx.strategies.restart_bo.RestartBO.global_configs`; ``restart_search:
   local`` is pbx's earlier search near the best member,
-  :meth:`~pbx.strategies.generations.Generational.across_generations`); the trust
+  :meth:`~pbx.strategies.restart_bo.RestartBO.across_generations`); the trust
   region and the BO's data start again with the new generation.
 
 Departures from the reference are listed in docs/algorithms.md.
@@ -27,12 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pbx.errors import UsageError
 from pbx.history import History
+from pbx.settings import check_choices
 from pbx.standings import rank_best_first
 from pbx.space import Space
 from pbx.strategies.base import Decision
-from pbx.strategies.generations import Generational, GenerationalSettings, generation_start
+from pbx.strategies.generations import GenerationalSettings, generation_start
+from pbx.strategies.restart_bo import RestartBO
 
 RESTART_SEARCHES = ("global", "local")
 """The values of :attr:`BGPBTSettings.restart_search`."""
@@ -52,20 +53,16 @@ class BGPBTSettings(GenerationalSettings):
     restart_search: str = "global"
     """Where a restart's configs come from: ``global``, the reference's, the best ``pop_size`` of 10 x the first
     population's size random configs by UCB (1.96) on an auxiliary GP fit on each finished generation's predicted
-    best (:meth:`~pbx.strategies.generations.Generational.global_configs`), or ``local``, pbx's, UCB on the GP
+    best (:meth:`~pbx.strategies.restart_bo.RestartBO.global_configs`), or ``local``, pbx's, UCB on the GP
     across generations in a box of side ``tr_init`` around the best member's config (IPBT's search,
-    :meth:`~pbx.strategies.generations.Generational.across_generations`)."""
+    :meth:`~pbx.strategies.restart_bo.RestartBO.across_generations`)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.last_rounds not in ("extend", "cut"):
-            raise UsageError(f"last_rounds must be one of extend, cut, got {self.last_rounds!r}")
-        if self.restart_search not in RESTART_SEARCHES:
-            raise UsageError(f"restart_search must be one of {', '.join(RESTART_SEARCHES)}, "
-                             f"got {self.restart_search!r}")
+        check_choices(self, last_rounds=("extend", "cut"), restart_search=RESTART_SEARCHES)
 
 
-class BGPBT(Generational):
+class BGPBT(RestartBO):
     name = "BGPBT"
     settings_cls = BGPBTSettings
     settings: BGPBTSettings

@@ -23,38 +23,32 @@ around the donor's config (CASMO's, without its categorical half):
 A *generation* runs from a restart round (or round 0) to the round before the
 next restart; the history marks restart rounds (``restart``). A restart is each
 strategy's own (:meth:`Generational.restart_due`, :meth:`Generational.restart`);
-its new configs come from a GP across the finished generations
-(:meth:`Generational.across_generations`, IPBT's) or from random draws ranked by an
-auxiliary GP (:meth:`Generational.global_configs`, BG-PBT's). Categorical hyperparameters are
+the BO across the finished generations that picks its configs is
+:mod:`pbx.strategies.restart_bo`'s. Categorical hyperparameters are
 explored as PBT does (PB2-Rand), where CASMO moves them by its acquisition
 (docs/algorithms.md).
 """
 
 from __future__ import annotations
 
-import logging
 from abc import abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import linalg
 from scipy.stats import norm, rankdata
 from threadpoolctl import threadpool_limits
 
 from pbx.errors import UsageError
 from pbx.history import History, skipped
+from pbx.settings import check_choices
 from pbx.standings import rank_best_first
-from pbx.space import Config, Space
+from pbx.space import Space
 from pbx.strategies.bayes.acquisition import Acquisition, Box, perturbed
 from pbx.strategies.base import Decision
-from pbx.strategies.bayes.gp import FALLBACK_NOISE, Posterior, Scale, fit_kernel, quiet
 from pbx.strategies.bayes.observations import Intervals, intervals
-from pbx.strategies.pb2 import MIN_ROWS, PB2, PB2Settings
-from pbx.strategies.pbt import perturb
+from pbx.strategies.pb2 import PB2, PB2Settings
 from pbx.strategies.selection import Truncation, nan_members
-
-logger = logging.getLogger(__name__)
 
 TR_SEARCHES = ("perturb", "climb")
 """The values of :attr:`GenerationalSettings.tr_search`."""
@@ -64,10 +58,6 @@ EXPLOIT_RULES = ("reference", "selection")
 """The values of :attr:`GenerationalSettings.exploit_rule`."""
 FIRST_EXPLORES = ("gp", "perturb")
 """The values of :attr:`GenerationalSettings.first_explore`."""
-GLOBAL_DRAWS = 10
-"""Random configs a global restart ranks, per member of the first population (the reference's ``10 * n_init``)."""
-GLOBAL_BETA = 1.96
-"""The global restart's UCB weight on the auxiliary GP (the reference's LCB at 1.96)."""
 
 
 @dataclass
@@ -118,14 +108,8 @@ class GenerationalSettings(PB2Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.tr_search not in TR_SEARCHES:
-            raise UsageError(f"tr_search must be one of {', '.join(TR_SEARCHES)}, got {self.tr_search!r}")
-        if self.tr_collapse not in TR_COLLAPSES:
-            raise UsageError(f"tr_collapse must be one of {', '.join(TR_COLLAPSES)}, got {self.tr_collapse!r}")
-        if self.exploit_rule not in EXPLOIT_RULES:
-            raise UsageError(f"exploit_rule must be one of {', '.join(EXPLOIT_RULES)}, got {self.exploit_rule!r}")
-        if self.first_explore not in FIRST_EXPLORES:
-            raise UsageError(f"first_explore must be one of {', '.join(FIRST_EXPLORES)}, got {self.first_explore!r}")
+        check_choices(self, tr_search=TR_SEARCHES, tr_collapse=TR_COLLAPSES, exploit_rule=EXPLOIT_RULES,
+                      first_explore=FIRST_EXPLORES)
         if not 0 < self.tr_min <= self.tr_init <= self.tr_max <= 1:
             raise UsageError(f"the trust region needs 0 < tr_min <= tr_init <= tr_max <= 1, got {self.tr_min}, "
                              f"{self.tr_init}, {self.tr_max}")
@@ -156,12 +140,6 @@ def generation_start(history: History) -> int:
     frame = history.frame
     marked = frame.loc[frame["restart"], "round"]
     return int(marked.max()) if len(marked) else 0
-
-
-def generation_of(frame: pd.DataFrame) -> pd.Series:
-    """Each row's generation: the restart rounds up to and including its own."""
-    marks = frame.groupby("round")["restart"].first().astype(int).cumsum()
-    return frame["round"].map(marks)
 
 
 class Generational(PB2):
@@ -341,167 +319,3 @@ class Generational(PB2):
             begins += [begin, *(r + 1 for r in self.trust_region(frame, begin, stop)[1])]
         rounds = np.arange(int(frame["round"].max()) + 1)
         return pd.Series(np.searchsorted(np.array(sorted(begins)), rounds, side="right") - 1, index=rounds)
-
-    def across_generations(self, history: History, space: Space, count: int, centre: Config,
-                           taken: list[Config], rng: np.random.Generator) -> list[Config]:
-        """``count`` configs for a new generation, picked one at a time by UCB on a GP across the generations.
-
-        Each member of each generation's first round that the cut kept is one observation (the reference's
-        meta data, :meth:`meta_points`):
-        its config, the score it had then, and the rate at which its best descendant (through the
-        history's parents) rose above that score over the generation. The GP, with pbx's time-varying
-        kernel over ``(t, R, continuous)``, is asked at the latest round's time and ``centre``'s score,
-        in the trust region of side ``tr_init`` around ``centre``'s values, the picks so far (``taken``
-        and each earlier one) pending. With fewer than 3 observations, or a failed fit, the configs are
-        drawn from the prior. Categorical values are ``centre``'s, explored as PBT does.
-        """
-        points = self.meta_points(history, space)
-        latest = history.latest()
-        centre_row = latest.iloc[rank_best_first(latest["score"].to_numpy(float))[0]]
-        query = (float(centre_row["steps"]), float(centre_row["score"]))
-        picks: list[Config] = []
-        fitted = self._fit_across(points, query) if space.continuous else None
-        for _ in range(count):
-            new, _ = perturb(centre, space, rng, 0.0, names=space.categorical)
-            if fitted is None:
-                new |= {name: space.params[name].sample(rng) for name in space.continuous}
-            else:
-                posterior, scaled = fitted
-                pending = np.array([[*scaled, *space.to_unit(c)] for c in [*taken, *picks]])
-                acquisition = Acquisition(posterior, scaled, pending.reshape(len(pending), 2 + len(space.continuous)),
-                                          self.settings.ucb_kappa)
-                unit = space.to_unit(centre)
-                half = self.settings.tr_init / 2
-                box = (np.clip(unit - half, 0.0, 1.0), np.clip(unit + half, 0.0, 1.0))
-                try:
-                    with quiet():
-                        new = space.from_unit(self.search(acquisition, box, unit, unit[None, :], rng), new)
-                except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
-                    logger.warning("%s: the acquisition across generations failed (%s); drawing from the prior",
-                                   self.name, err)
-                    new |= {name: space.params[name].sample(rng) for name in space.continuous}
-            picks.append(new)
-        return picks
-
-    def global_configs(self, history: History, space: Space, count: int, rng: np.random.Generator) -> list[Config]:
-        """``count`` configs for a new generation by the reference's global restart (``AwesomeLemon/IPBT``
-        ``algo/bgpbt.py`` ``reinit_population_global``, after ``xingchenwan/bgpbt``'s
-        ``_generate_initializing_points_ucb``): :data:`GLOBAL_DRAWS` x the first population's size random configs
-        from the prior, the best ``count`` by UCB (:data:`GLOBAL_BETA`) on an auxiliary GP (:meth:`auxiliary`),
-        best first. Its one point per finished generation makes the configs far from them score highest while
-        they are few: the restart leaves the old bests. With no auxiliary GP the first ``count`` draws are taken.
-        Categorical values are the draws' own (the auxiliary GP reads the continuous ones)."""
-        draws = [space.sample(rng) for _ in range(GLOBAL_DRAWS * self.initial_size(self.settings, self.pop_size))]
-        aux = self.auxiliary(history, space) if space.continuous else None
-        if aux is None:
-            return draws[:count]
-        units = np.array([space.to_unit(c) for c in draws])
-        pending = np.zeros((0, 2 + len(space.continuous)))
-        try:
-            with quiet():
-                values, _ = Acquisition(aux, (0.0, 0.0), pending, GLOBAL_BETA)(units)
-        except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
-            logger.warning("%s: the global restart's auxiliary GP failed (%s); drawing from the prior", self.name, err)
-            return draws[:count]
-        order = np.argsort(-np.where(np.isfinite(values), values, -np.inf), kind="stable")
-        return [draws[int(i)] for i in order[:count]]
-
-    def auxiliary(self, history: History, space: Space) -> Posterior | None:
-        """The global restart's auxiliary GP, or None (too little data, a failed fit).
-
-        A GP on the generation that ends now (its last ``window`` intervals, copula targets, pbx's time-varying
-        kernel: the reference's ``S_t``) predicts, at each finished generation's own latest time, each of that
-        generation's intervals (time and score scaled over the generation itself, as the reference normalises
-        each generation's data on its own); the best prediction's config and value are one point. The auxiliary
-        GP is fit on these points over the continuous hyperparameters alone (time and score held at 0), its prior
-        mean their mean, as the reference's learned constant mean.
-        """
-        data = self.all_intervals(history, space)
-        frame = history.frame
-        segment = self.segments(frame)  # the reference's n_distills: generations, and trust-region collapses
-        of = segment.loc[data.round].to_numpy(int)
-        # as :meth:`observations`: a restart round's intervals only from the scores taken before it
-        inside = ~np.isin(data.round, frame.loc[frame["restart"], "round"].unique()) | data.start_scored
-        fitted = []  # (segment, its intervals, their scaled inputs) for each segment with data
-        for g in sorted(set(segment)):
-            gen = data.where(inside & (of == g))
-            gen = gen.where(np.arange(len(gen.rate)) >= len(gen.rate) - self.settings.window)
-            if len(gen.rate):
-                X = np.column_stack([Scale.fit(gen.t)(gen.t), Scale.fit(gen.reward)(gen.reward), gen.unit])
-                fitted.append((g, gen, X))
-        if not fitted or fitted[-1][0] != segment.max():  # S_t learns from the segment that ends now
-            return None
-        _, last, X_last = fitted[-1]
-        y = copula(last.rate) if len(last.rate) >= MIN_ROWS else None
-        if y is None:
-            return None
-        try:
-            with quiet():
-                surrogate = self._posterior(X_last, y, 0)
-                inputs, targets = [], []
-                for _, gen, X in fitted:
-                    query = np.column_stack([np.full(len(X), X[:, 0].max()), X[:, 1:]])
-                    mean = surrogate.prior_mean + surrogate.kernel.K(query, surrogate.X) @ surrogate.alpha
-                    best = int(np.argmax(mean))
-                    inputs.append(gen.unit[best])
-                    targets.append(float(mean[best]))
-                X_aux = np.column_stack([np.zeros((len(inputs), 2)), np.array(inputs)])
-                y_aux = np.array(targets)
-                centre = float(np.mean(y_aux))
-                try:
-                    kernel, noise = fit_kernel(X_aux, y_aux - centre)
-                except (linalg.LinAlgError, FloatingPointError, ValueError):
-                    kernel, noise = fit_kernel(X_aux, y_aux - centre, fixed_noise=FALLBACK_NOISE)
-                return Posterior(kernel, noise, X_aux, y_aux, centre)
-        except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
-            logger.warning("%s: the global restart's GPs failed (%s); drawing from the prior", self.name, err)
-            return None
-
-    def meta_points(self, history: History, space: Space) -> list[tuple[float, float, np.ndarray, float]]:
-        """The GP across generations' observations, ``(t, R, unit config, rate)``: each member of each generation's
-        first round that the cut kept (:meth:`across_generations`)."""
-        frame = history.frame
-        generations = generation_of(frame)
-        points = []  # (t, R, unit config, rate)
-        for g in sorted(set(generations)):
-            rows = frame[generations == g]
-            first = int(rows["round"].min())
-            source = {int(m): int(m) for m in rows.loc[rows["round"] == first, "member"]}
-            best = {m: -np.inf for m in source.values()}
-            for r in sorted(set(rows["round"])):
-                now = rows[rows["round"] == r]
-                if r > first:
-                    source = {int(m): source[int(p)] for m, p in zip(now["member"], now["parent"]) if int(p) in source}
-                for m, score in zip(now["member"], now["score"]):
-                    if int(m) in source and np.isfinite(score):
-                        best[source[int(m)]] = max(best[source[int(m)]], float(score))
-            start = rows[rows["round"] == first]
-            kept = set(self.cut(start).values())  # the reference's meta data holds the cut's survivors only
-            span = float(rows["steps"].max() - start["steps"].min())
-            for _, row in start[start["member"].isin(kept)].iterrows():
-                before, peak = float(row["score"]), best[int(row["member"])]
-                if span > 0 and np.isfinite(before) and np.isfinite(peak):
-                    points.append((float(row["steps"]), before, space.to_unit(history.config_of(row)),
-                                   (peak - before) / span))
-        return points
-
-    def _fit_across(self, points: list[tuple[float, float, np.ndarray, float]],
-                    query: tuple[float, float]) -> tuple[Posterior, tuple[float, float]] | None:
-        """The GP across generations and the scaled query point, or None (too few points, all equal, a failure)."""
-        points = points[-self.settings.window:]
-        if len(points) < MIN_ROWS:
-            return None
-        t = np.array([p[0] for p in points])
-        r = np.array([p[1] for p in points])
-        y = copula(np.array([p[3] for p in points]))
-        if y is None:
-            return None
-        t_scale, r_scale = Scale.fit(np.append(t, query[0])), Scale.fit(np.append(r, query[1]))
-        X = np.column_stack([t_scale(t), r_scale(r), np.array([p[2] for p in points])])
-        try:
-            with quiet():
-                posterior = Posterior(*fit_kernel(X, y), X, y, float(np.min(y)))
-        except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
-            logger.warning("%s: the GP across generations failed (%s); drawing from the prior", self.name, err)
-            return None
-        return posterior, (float(t_scale(query[0])), float(r_scale(query[1])))

@@ -15,7 +15,7 @@ population for stagnation; when it stagnates, IPBT restarts with a step
   goes on from member ``i`` when that member is in the top quantile, every other one from a random
   member of it (the reference's ``_restart``); half of them get random hyperparameters and
   half hyperparameters picked by a GP across the finished generations
-  (:meth:`~pbx.strategies.generations.Generational.across_generations`); half of
+  (:meth:`~pbx.strategies.restart_bo.RestartBO.across_generations`); half of
   them (drawn apart) get freshly initialised weights and the others
   ``shrink * w + perturb * w0`` (Ash & Adams 2020; 0.2, 0.1), ``w0`` a fresh
   initialisation; the optimizer's state stays, as the reference's. The candidates train the restart round at the new length and
@@ -39,10 +39,12 @@ import numpy as np
 
 from pbx.errors import UsageError
 from pbx.history import History, restart_marks
+from pbx.settings import check_choices
 from pbx.standings import rank_best_first
 from pbx.space import Space
 from pbx.strategies.base import Decision, WeightReset
-from pbx.strategies.generations import Generational, GenerationalSettings, generation_start
+from pbx.strategies.generations import GenerationalSettings, generation_start
+from pbx.strategies.restart_bo import RestartBO
 from pbx.strategies.selection import Truncation
 from pbx.strategies.stagnation import SMOOTHERS, stagnated
 
@@ -88,19 +90,13 @@ class IPBTSettings(GenerationalSettings):
             raise UsageError(f"step_factor must be >= 1, got {self.step_factor}")
         if not isinstance(self.slow_rounds, int) or self.slow_rounds < 2:
             raise UsageError(f"slow_rounds must be an integer >= 2, got {self.slow_rounds!r}")
-        if self.last_rounds not in ("halves", "cut"):
-            raise UsageError(f"last_rounds must be one of halves, cut, got {self.last_rounds!r}")
-        if self.smoother not in SMOOTHERS:
-            raise UsageError(f"smoother must be one of {', '.join(SMOOTHERS)}, got {self.smoother!r}")
-        if self.optimizer_state not in OPTIMIZER_STATES:
-            raise UsageError(f"optimizer_state must be one of {', '.join(OPTIMIZER_STATES)}, "
-                             f"got {self.optimizer_state!r}")
+        check_choices(self, last_rounds=("halves", "cut"), smoother=SMOOTHERS, optimizer_state=OPTIMIZER_STATES)
         for name in ("random_configs", "random_weights"):
             if not 0 <= getattr(self, name) <= 1:
                 raise UsageError(f"{name} must be in [0, 1], got {getattr(self, name)}")
 
 
-class IPBT(Generational):
+class IPBT(RestartBO):
     name = "IPBT"
     settings_cls = IPBTSettings
     settings: IPBTSettings

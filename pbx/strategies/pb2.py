@@ -67,6 +67,7 @@ from threadpoolctl import threadpool_limits
 
 from pbx.errors import UsageError
 from pbx.history import History
+from pbx.settings import check_choices
 from pbx.space import Config, Space, shown
 from pbx.strategies.bayes.acquisition import Acquisition, Box, kappa, maximise, search_box
 from pbx.strategies.base import Decision, Explored, RoundContext
@@ -151,12 +152,7 @@ class PB2Settings(PBTSettings):
                                             or not 1 <= self.signal_cap < math.inf):
             raise UsageError(f"signal_cap must be a number >= 1 (the standardised rates' own variance) or null, "
                              f"got {self.signal_cap!r}")
-        if self.pending not in PENDING:
-            raise UsageError(f"pending must be one of {', '.join(PENDING)}, got {self.pending!r}")
-        if self.prior_mean not in PRIOR_MEANS:
-            raise UsageError(f"prior_mean must be one of {', '.join(PRIOR_MEANS)}, got {self.prior_mean!r}")
-        if self.exp3_plays not in EXP3_PLAYS:
-            raise UsageError(f"exp3_plays must be one of {', '.join(EXP3_PLAYS)}, got {self.exp3_plays!r}")
+        check_choices(self, pending=PENDING, prior_mean=PRIOR_MEANS, exp3_plays=EXP3_PLAYS)
         for name in ("window", "fit_rows"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < MIN_ROWS:

@@ -30,6 +30,7 @@ from typing import ClassVar
 import numpy as np
 
 from pbx.errors import UsageError
+from pbx.settings import check_choices
 from pbx.standings import rank_best_first
 
 TIED = ("keep", "explore")
@@ -59,8 +60,7 @@ class ExploitRules:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise UsageError(f"{name} must be >= 0 (0: any better donor may be copied), got {value}")
-        if self.tied not in TIED:
-            raise UsageError(f"tied must be one of {', '.join(TIED)}, got {self.tied!r}")
+        check_choices(self, tied=TIED)
 
     def ready(self, steps: np.ndarray) -> bool:
         """Whether members with these step counts may exploit: all past ``burn_in``."""

@@ -1,0 +1,269 @@
+"""How each phase of ``gpu_campaign.py`` runs: the levers' bench, the ways to share the GPU, the training, the
+delivery.
+
+Each phase gets its share of the loan's wall clock from the plan (``gpu_campaign.py``) and stops inside it: a
+process past its share is stopped as Ctrl-C stops it (``pbx.train`` keeps its finished rounds), so a slow phase
+cannot eat the runs' time. What travels between loans is ``campaign_archive.py``'s.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from campaign_archive import archive
+from gpu_machine import AS_ROOT, MPIEXEC, ROOT, launcher, population_rate
+
+@dataclass(frozen=True)
+class Arm:
+    """One run of the campaign: a ``pbx.train`` command line's own flags."""
+
+    name: str
+    env: str
+    search: str
+    members: int
+    seed: int = 0
+    flags: tuple[str, ...] = ()
+
+
+@dataclass
+class Campaign:
+    """Where the campaign works and what it has been told."""
+
+    work: Path
+    setting: str
+    device: str
+    deadline: float
+    log: list[str] = field(default_factory=list)
+
+    def say(self, line: str) -> None:
+        """Print a line and keep it for ``summary.md``."""
+        print(line, flush=True)
+        self.log.append(line)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+def python_env() -> dict[str, str]:
+    """This process's environment, with Open MPI allowed to run as root (the GPU machines run as root)."""
+    return dict(os.environ) | AS_ROOT
+
+
+def run_for(command: list[str], seconds: float, out: Path, env: dict[str, str] | None = None) -> str:
+    """Run ``command`` with its output into ``out``, stopped (SIGTERM, then SIGKILL) after ``seconds``; returns how
+    it ended."""
+    with open(out, "w") as f:
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env or python_env(),
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout=max(seconds, 1.0))
+            return "finished" if code == 0 else f"failed ({code})"
+        except subprocess.TimeoutExpired:
+            stop(proc)
+            return f"stopped at its share of the limit ({seconds:.0f} s)"
+
+
+def stop(proc: subprocess.Popen[Any], grace: float = 20.0) -> None:
+    """SIGTERM the process group (pbx.train ends like Ctrl-C: finished rounds stay), SIGKILL after ``grace``."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def bench(c: Campaign, seconds: float) -> None:
+    """Phase 1: bench_gpu.py with the levers off and on, half the share each."""
+    script = str(ROOT / "benchmarks" / "bench_gpu.py")
+    common = [sys.executable, script, "--device", c.device, "--repeats", "1", "--split-calls", "1", "--skip-population"]
+    for name, levers in (("off", []), ("on", ["--precision", "bf16", "--channels-last"])):
+        start = time.monotonic()
+        ended = run_for(common + levers, seconds / 2, c.work / f"bench_levers_{name}.txt")
+        c.say(f"bench, levers {name}: {ended} in {time.monotonic() - start:.0f} s "
+              f"(bench_levers_{name}.txt)")
+
+
+def arrangements(c: Campaign, seconds: float, base: list[str]) -> None:
+    """Phase 2: a population of 4 on the device, four ways, then the members' inference three ways."""
+    folder = c.work / "arrangements"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    train = [sys.executable, "-m", "pbx.train", "--device", c.device, *base]
+    pop = ["--search", "PBT", "--batchsize", "4", "--seed", "0"]
+    ways: dict[str, list[list[str]]] = {
+        "one process, members in turn": [train + pop + ["--run-dir", str(folder / "one")]],
+        "4 processes": [train + ["--search", "none", "--batchsize", "1", "--seed", str(i),
+                                 "--run-dir", str(folder / f"proc{i}")] for i in range(4)],
+    }
+    if MPIEXEC:
+        ways["mpiexec -n 4"] = [launcher(4) + train + pop + ["--runner", "mpi", "--run-dir", str(folder / "mpi")]]
+    mps = shutil.which("nvidia-cuda-mps-control") if c.device == "cuda" else None
+    if mps:
+        ways["4 processes under MPS"] = [cmd[:-1] + [cmd[-1] + "_mps"] for cmd in ways["4 processes"]]
+    each = seconds * 0.8 / len(ways)
+    for name, commands in ways.items():
+        env = python_env()
+        if name.endswith("MPS"):
+            env |= {"CUDA_MPS_PIPE_DIRECTORY": str(folder / "mps"), "CUDA_MPS_LOG_DIRECTORY": str(folder / "mps")}
+            subprocess.run([mps, "-d"], env=env, check=False)
+        procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                                  start_new_session=True) for cmd in commands]
+        try:
+            end = time.monotonic() + each
+            while time.monotonic() < end and any(p.poll() is None for p in procs):
+                time.sleep(1.0)
+        finally:
+            for p in procs:
+                stop(p)
+            if name.endswith("MPS"):
+                subprocess.run([mps], input="quit\n", text=True, env=env, check=False)
+        rates = [population_rate(Path(cmd[-1])) for cmd in commands]  # concurrent runs: their rates add up
+        total = None if None in rates else sum(r for r in rates if r is not None)
+        c.say(f"arrangement {name}: " + (f"{total:,.0f} env steps/s in all" if total is not None
+                                        else f"fewer than 2 rounds in {each:.0f} s"))
+    inference(c)
+
+
+def inference(c: Campaign) -> None:
+    """Four members' rollout step (the IMPALA policy's forward on each member's frames) in turn, on four CUDA
+    streams, and batched over the members' stacked weights: milliseconds per step of all four."""
+    from gymnasium import spaces
+    from torch.func import functional_call, stack_module_state
+
+    from pbx.members.ppo.impala import ImpalaCNN
+
+    device = torch.device(c.device)
+    n_envs = 4 if c.setting == "tiny" else 64
+    space = spaces.Box(0, 255, (3, 64, 64), dtype="uint8")
+    nets = [ImpalaCNN(space).to(device).eval() for _ in range(4)]
+    frames = [torch.rand(n_envs, 3, 64, 64, device=device) for _ in nets]
+    params, buffers = stack_module_state(nets)  # type: ignore[arg-type]
+    stacked = torch.stack(frames)
+
+    def batched() -> Any:
+        call = lambda p, b, x: functional_call(nets[0], (p, b), (x,))  # noqa: E731
+        return torch.vmap(call)(params, buffers, stacked)
+
+    streams = [torch.cuda.Stream(device) for _ in nets] if device.type == "cuda" else []
+
+    def on_streams() -> None:
+        for net, x, stream in zip(nets, frames, streams):
+            with torch.cuda.stream(stream):
+                net(x)
+        torch.cuda.synchronize(device)
+
+    ways = {"in turn": lambda: [net(x) for net, x in zip(nets, frames)], "batched (vmap)": batched}
+    if streams:
+        ways["4 CUDA streams"] = on_streams
+    with torch.no_grad():
+        for name, call in ways.items():
+            for _ in range(3):
+                call()
+            _sync(device)
+            start, reps = time.perf_counter(), 20
+            for _ in range(reps):
+                call()
+            _sync(device)
+            c.say(f"inference of 4 members x {n_envs} frames, {name}: {(time.perf_counter() - start) / reps * 1e3:.2f} ms")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train(c: Campaign, seconds: float, base: list[str], arms: list[Arm]) -> None:
+    """Phase 3: every arm at once; an arm stops at a round's end when its next round would not fit."""
+    end = time.monotonic() + seconds
+    running: dict[str, tuple[subprocess.Popen[Any], Path]] = {}
+    logs = []
+    for arm in arms:
+        folder = c.work / "runs" / arm.name
+        if (folder / "history.csv").is_file():
+            command = [sys.executable, "-m", "pbx.train", "--resume", str(folder), "--device", c.device]
+        else:
+            flags = base if c.setting == "tiny" else [*base, *arm.flags]
+            command = [sys.executable, "-m", "pbx.train", "--env", arm.env, "--search", arm.search, "--batchsize",
+                       str(arm.members), "--seed", str(arm.seed), "--device", c.device, *flags,
+                       "--run-dir", str(folder)]
+        out = open(c.work / f"train_{arm.name}.txt", "a")
+        logs.append(out)
+        running[arm.name] = (subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                              env=python_env(), start_new_session=True), folder)
+    rounds = {name: _rounds(folder) for name, (_, folder) in running.items()}
+    started: dict[str, float] = {}  # when each run's latest round ended (its first round's time holds its start-up)
+    took: dict[str, float] = {}
+    while running:
+        time.sleep(1.0)
+        if time.monotonic() >= end:
+            break
+        for name, (proc, folder) in list(running.items()):
+            if proc.poll() is not None:
+                c.say(f"train {name}: ended by itself ({proc.returncode}) at {_rounds(folder)} rounds")
+                del running[name]
+                continue
+            now = _rounds(folder)
+            if now > rounds[name]:
+                if name in started:
+                    took[name] = (time.monotonic() - started[name]) / (now - rounds[name])
+                rounds[name], started[name] = now, time.monotonic()
+                if name in took and time.monotonic() + 1.1 * took[name] > end:
+                    stop(proc)
+                    c.say(f"train {name}: stopped after round {now}, a round takes {took[name]:.0f} s and "
+                          f"{end - time.monotonic():.0f} s were left")
+                    del running[name]
+    for name, (proc, folder) in running.items():
+        stop(proc)
+        c.say(f"train {name}: stopped at the time limit with {_rounds(folder)} finished rounds"
+              + (f" (a round takes about {took[name]:.0f} s)" if name in took else " (its round in progress lost)"))
+    for out in logs:
+        out.close()
+
+
+def _rounds(folder: Path) -> int:
+    """Finished rounds in a run folder's history (0 before the first)."""
+    path = folder / "history.csv"
+    if not path.is_file():
+        return 0
+    try:
+        history = pd.read_csv(path, usecols=["round"])
+    except (pd.errors.EmptyDataError, ValueError):
+        return 0
+    return int(history["round"].max()) + 1 if len(history) else 0
+
+
+def deliver(c: Campaign, to: Path, part_mb: float, archive_mb: float) -> None:
+    """Phase 4: ``results.tar.gz`` (each run's small files, the phases' outputs), ``summary.md``, the archive."""
+    to.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(to / "results.tar.gz", "w:gz") as tar:
+        for path in sorted(c.work.glob("*.txt")):
+            tar.add(path, arcname=path.name)
+        for run in sorted((c.work / "runs").glob("*")):
+            for name in ("config.yaml", "history.csv", "strategy.csv", "curves.csv"):
+                if (run / name).is_file():
+                    tar.add(run / name, arcname=f"{run.name}/{name}")
+    for run in sorted((c.work / "runs").glob("*")):
+        history = pd.read_csv(run / "history.csv") if (run / "history.csv").is_file() else None
+        if history is None or history.empty:
+            c.say(f"run {run.name}: no finished round yet")
+        else:
+            last = history[history["round"] == history["round"].max()]
+            c.say(f"run {run.name}: {history['round'].max() + 1} rounds, {int(last['steps'].max()):,} env steps a "
+                  f"member; last round's train scores {', '.join(f'{s:.2f}' for s in last['score'])}")
+    archive(c.work, to / "archive", part_mb, archive_mb, c.say)
+    (to / "summary.md").write_text("# GPU campaign\n\n" + "\n".join(f"- {line}" for line in c.log) + "\n")

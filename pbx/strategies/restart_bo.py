@@ -1,0 +1,215 @@
+"""The BO across generations that picks a BG-PBT or IPBT restart's configs (the references' meta data).
+
+A restart (:meth:`~pbx.strategies.generations.Generational.restart`) starts a new
+generation from configs that what the finished generations learned chooses:
+
+- IPBT's (and BG-PBT's with ``restart_search: local``) GP across generations
+  (:meth:`RestartBO.across_generations`): each member of each generation's first
+  round that the cut kept is one point, the rate at which its best descendant rose
+  over the generation (:meth:`RestartBO.meta_points`); picks by UCB in a box of
+  side ``tr_init`` around the best member's config;
+- BG-PBT's global restart (:meth:`RestartBO.global_configs`): many random configs
+  ranked by UCB on an auxiliary GP fit on each finished generation's predicted best
+  (:meth:`RestartBO.auxiliary`), so its picks leave the old bests.
+
+The round within a generation (the cut, exploit, trust-region explore) is
+:mod:`pbx.strategies.generations`'s; this module only reads the history it wrote.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+from scipy import linalg
+
+from pbx.history import History
+from pbx.standings import rank_best_first
+from pbx.space import Config, Space
+from pbx.strategies.bayes.acquisition import Acquisition
+from pbx.strategies.bayes.gp import FALLBACK_NOISE, Posterior, Scale, fit_kernel, quiet
+from pbx.strategies.generations import Generational, copula
+from pbx.strategies.pb2 import MIN_ROWS
+from pbx.strategies.pbt import perturb
+
+logger = logging.getLogger(__name__)
+
+GLOBAL_DRAWS = 10
+"""Random configs a global restart ranks, per member of the first population (the reference's ``10 * n_init``)."""
+GLOBAL_BETA = 1.96
+"""The global restart's UCB weight on the auxiliary GP (the reference's LCB at 1.96)."""
+
+
+def generation_of(frame: pd.DataFrame) -> pd.Series:
+    """Each row's generation: the restart rounds up to and including its own."""
+    marks = frame.groupby("round")["restart"].first().astype(int).cumsum()
+    return frame["round"].map(marks)
+
+
+class RestartBO(Generational):
+    """A generational strategy whose restarts pick their configs by BO across the finished generations."""
+
+    def across_generations(self, history: History, space: Space, count: int, centre: Config,
+                           taken: list[Config], rng: np.random.Generator) -> list[Config]:
+        """``count`` configs for a new generation, picked one at a time by UCB on a GP across the generations.
+
+        Each member of each generation's first round that the cut kept is one observation (the reference's
+        meta data, :meth:`meta_points`):
+        its config, the score it had then, and the rate at which its best descendant (through the
+        history's parents) rose above that score over the generation. The GP, with pbx's time-varying
+        kernel over ``(t, R, continuous)``, is asked at the latest round's time and ``centre``'s score,
+        in the trust region of side ``tr_init`` around ``centre``'s values, the picks so far (``taken``
+        and each earlier one) pending. With fewer than 3 observations, or a failed fit, the configs are
+        drawn from the prior. Categorical values are ``centre``'s, explored as PBT does.
+        """
+        points = self.meta_points(history, space)
+        latest = history.latest()
+        centre_row = latest.iloc[rank_best_first(latest["score"].to_numpy(float))[0]]
+        query = (float(centre_row["steps"]), float(centre_row["score"]))
+        picks: list[Config] = []
+        fitted = self._fit_across(points, query) if space.continuous else None
+        for _ in range(count):
+            new, _ = perturb(centre, space, rng, 0.0, names=space.categorical)
+            if fitted is None:
+                new |= {name: space.params[name].sample(rng) for name in space.continuous}
+            else:
+                posterior, scaled = fitted
+                pending = np.array([[*scaled, *space.to_unit(c)] for c in [*taken, *picks]])
+                acquisition = Acquisition(posterior, scaled, pending.reshape(len(pending), 2 + len(space.continuous)),
+                                          self.settings.ucb_kappa)
+                unit = space.to_unit(centre)
+                half = self.settings.tr_init / 2
+                box = (np.clip(unit - half, 0.0, 1.0), np.clip(unit + half, 0.0, 1.0))
+                try:
+                    with quiet():
+                        new = space.from_unit(self.search(acquisition, box, unit, unit[None, :], rng), new)
+                except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
+                    logger.warning("%s: the acquisition across generations failed (%s); drawing from the prior",
+                                   self.name, err)
+                    new |= {name: space.params[name].sample(rng) for name in space.continuous}
+            picks.append(new)
+        return picks
+
+    def global_configs(self, history: History, space: Space, count: int, rng: np.random.Generator) -> list[Config]:
+        """``count`` configs for a new generation by the reference's global restart (``AwesomeLemon/IPBT``
+        ``algo/bgpbt.py`` ``reinit_population_global``, after ``xingchenwan/bgpbt``'s
+        ``_generate_initializing_points_ucb``): :data:`GLOBAL_DRAWS` x the first population's size random configs
+        from the prior, the best ``count`` by UCB (:data:`GLOBAL_BETA`) on an auxiliary GP (:meth:`auxiliary`),
+        best first. Its one point per finished generation makes the configs far from them score highest while
+        they are few: the restart leaves the old bests. With no auxiliary GP the first ``count`` draws are taken.
+        Categorical values are the draws' own (the auxiliary GP reads the continuous ones)."""
+        draws = [space.sample(rng) for _ in range(GLOBAL_DRAWS * self.initial_size(self.settings, self.pop_size))]
+        aux = self.auxiliary(history, space) if space.continuous else None
+        if aux is None:
+            return draws[:count]
+        units = np.array([space.to_unit(c) for c in draws])
+        pending = np.zeros((0, 2 + len(space.continuous)))
+        try:
+            with quiet():
+                values, _ = Acquisition(aux, (0.0, 0.0), pending, GLOBAL_BETA)(units)
+        except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
+            logger.warning("%s: the global restart's auxiliary GP failed (%s); drawing from the prior", self.name, err)
+            return draws[:count]
+        order = np.argsort(-np.where(np.isfinite(values), values, -np.inf), kind="stable")
+        return [draws[int(i)] for i in order[:count]]
+
+    def auxiliary(self, history: History, space: Space) -> Posterior | None:
+        """The global restart's auxiliary GP, or None (too little data, a failed fit).
+
+        A GP on the generation that ends now (its last ``window`` intervals, copula targets, pbx's time-varying
+        kernel: the reference's ``S_t``) predicts, at each finished generation's own latest time, each of that
+        generation's intervals (time and score scaled over the generation itself, as the reference normalises
+        each generation's data on its own); the best prediction's config and value are one point. The auxiliary
+        GP is fit on these points over the continuous hyperparameters alone (time and score held at 0), its prior
+        mean their mean, as the reference's learned constant mean.
+        """
+        data = self.all_intervals(history, space)
+        frame = history.frame
+        segment = self.segments(frame)  # the reference's n_distills: generations, and trust-region collapses
+        of = segment.loc[data.round].to_numpy(int)
+        # as :meth:`observations`: a restart round's intervals only from the scores taken before it
+        inside = ~np.isin(data.round, frame.loc[frame["restart"], "round"].unique()) | data.start_scored
+        fitted = []  # (segment, its intervals, their scaled inputs) for each segment with data
+        for g in sorted(set(segment)):
+            gen = data.where(inside & (of == g))
+            gen = gen.where(np.arange(len(gen.rate)) >= len(gen.rate) - self.settings.window)
+            if len(gen.rate):
+                X = np.column_stack([Scale.fit(gen.t)(gen.t), Scale.fit(gen.reward)(gen.reward), gen.unit])
+                fitted.append((g, gen, X))
+        if not fitted or fitted[-1][0] != segment.max():  # S_t learns from the segment that ends now
+            return None
+        _, last, X_last = fitted[-1]
+        y = copula(last.rate) if len(last.rate) >= MIN_ROWS else None
+        if y is None:
+            return None
+        try:
+            with quiet():
+                surrogate = self._posterior(X_last, y, 0)
+                inputs, targets = [], []
+                for _, gen, X in fitted:
+                    query = np.column_stack([np.full(len(X), X[:, 0].max()), X[:, 1:]])
+                    mean = surrogate.prior_mean + surrogate.kernel.K(query, surrogate.X) @ surrogate.alpha
+                    best = int(np.argmax(mean))
+                    inputs.append(gen.unit[best])
+                    targets.append(float(mean[best]))
+                X_aux = np.column_stack([np.zeros((len(inputs), 2)), np.array(inputs)])
+                y_aux = np.array(targets)
+                centre = float(np.mean(y_aux))
+                try:
+                    kernel, noise = fit_kernel(X_aux, y_aux - centre)
+                except (linalg.LinAlgError, FloatingPointError, ValueError):
+                    kernel, noise = fit_kernel(X_aux, y_aux - centre, fixed_noise=FALLBACK_NOISE)
+                return Posterior(kernel, noise, X_aux, y_aux, centre)
+        except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
+            logger.warning("%s: the global restart's GPs failed (%s); drawing from the prior", self.name, err)
+            return None
+
+    def meta_points(self, history: History, space: Space) -> list[tuple[float, float, np.ndarray, float]]:
+        """The GP across generations' observations, ``(t, R, unit config, rate)``: each member of each generation's
+        first round that the cut kept (:meth:`across_generations`)."""
+        frame = history.frame
+        generations = generation_of(frame)
+        points = []  # (t, R, unit config, rate)
+        for g in sorted(set(generations)):
+            rows = frame[generations == g]
+            first = int(rows["round"].min())
+            source = {int(m): int(m) for m in rows.loc[rows["round"] == first, "member"]}
+            best = {m: -np.inf for m in source.values()}
+            for r in sorted(set(rows["round"])):
+                now = rows[rows["round"] == r]
+                if r > first:
+                    source = {int(m): source[int(p)] for m, p in zip(now["member"], now["parent"]) if int(p) in source}
+                for m, score in zip(now["member"], now["score"]):
+                    if int(m) in source and np.isfinite(score):
+                        best[source[int(m)]] = max(best[source[int(m)]], float(score))
+            start = rows[rows["round"] == first]
+            kept = set(self.cut(start).values())  # the reference's meta data holds the cut's survivors only
+            span = float(rows["steps"].max() - start["steps"].min())
+            for _, row in start[start["member"].isin(kept)].iterrows():
+                before, peak = float(row["score"]), best[int(row["member"])]
+                if span > 0 and np.isfinite(before) and np.isfinite(peak):
+                    points.append((float(row["steps"]), before, space.to_unit(history.config_of(row)),
+                                   (peak - before) / span))
+        return points
+
+    def _fit_across(self, points: list[tuple[float, float, np.ndarray, float]],
+                    query: tuple[float, float]) -> tuple[Posterior, tuple[float, float]] | None:
+        """The GP across generations and the scaled query point, or None (too few points, all equal, a failure)."""
+        points = points[-self.settings.window:]
+        if len(points) < MIN_ROWS:
+            return None
+        t = np.array([p[0] for p in points])
+        r = np.array([p[1] for p in points])
+        y = copula(np.array([p[3] for p in points]))
+        if y is None:
+            return None
+        t_scale, r_scale = Scale.fit(np.append(t, query[0])), Scale.fit(np.append(r, query[1]))
+        X = np.column_stack([t_scale(t), r_scale(r), np.array([p[2] for p in points])])
+        try:
+            with quiet():
+                posterior = Posterior(*fit_kernel(X, y), X, y, float(np.min(y)))
+        except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
+            logger.warning("%s: the GP across generations failed (%s); drawing from the prior", self.name, err)
+            return None
+        return posterior, (float(t_scale(query[0])), float(r_scale(query[1])))
