@@ -11,8 +11,9 @@ The state of each env is the emulator's (``cloneState(include_rng=True)``: RAM, 
 the sticky-action RNG) plus what the Python wrappers hold (the no-op RNG, the frame buffers, the
 lives left, the episode sums), the frame stack's frames, and the episode's replay: the emulator's state at the game's
 last reset and the action of every frame since. ALE's state leaves out part of the TIA's: its two frame buffers,
-which a game repaints only in part (Arcade-Learning-Environment PR #739), and the object masks Stella's ``TIA::save``
-skips (after a Pong game over, an env restored without the replay drew an object the original did not, 50 steps on).
+which a game repaints only in part (Arcade-Learning-Environment PR #739), and what else Stella's ``TIA::save`` skips,
+the object masks among it (after a Pong game over, an env restored without the replay drew a moving object the
+original did not, for all 50 steps checked).
 A restore plays the episode again from its start, which rebuilds them, then restores the saved state, so an env
 continues frame for frame. It costs an episode's frames once per env at a resume (v5 truncates at 108k frames, about
 30 s on a busy core); the replay adds about 15 kB per env (the start state; the actions compress to at most ~21 kB).
