@@ -9,10 +9,14 @@ stacked, as rl-zoo's ``atari`` rows do (``env_wrapper: AtariWrapper``, ``frame_s
 
 The state of each env is the emulator's (``cloneState(include_rng=True)``: RAM, frame counters,
 the sticky-action RNG) plus what the Python wrappers hold (the no-op RNG, the frame buffers, the
-lives left, the episode sums), and the frame stack's frames. What ALE's state leaves out is the TIA's two frame
-buffers, which a game repaints only in part (Arcade-Learning-Environment PR #739): the game continues exactly, but
-the first frames after a restore can differ where the old buffers show through, and so can the updates they feed
-(a Pong member in ``tests/test_atari.py``: 6 frames, weights 1e-5 apart a round later).
+lives left, the episode sums), the frame stack's frames, and the episode's replay: the emulator's state at the game's
+last reset and the action of every frame since. ALE's state leaves out part of the TIA's: its two frame buffers,
+which a game repaints only in part (Arcade-Learning-Environment PR #739), and what else Stella's ``TIA::save`` skips,
+the object masks among it (after a Pong game over, an env restored without the replay drew a moving object the
+original did not, for all 50 steps checked).
+A restore plays the episode again from its start, which rebuilds them, then restores the saved state, so an env
+continues frame for frame. It costs an episode's frames once per env at a resume (v5 truncates at 108k frames, about
+30 s on a busy core); the replay adds about 15 kB per env (the start state; the actions compress to at most ~21 kB).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import pickle
-from typing import Any
+import zlib
+from typing import Any, SupportsFloat
 
 import gymnasium
 import numpy as np
@@ -36,6 +41,52 @@ with contextlib.suppress(ImportError):  # the "atari" extra; without it no ALE/ 
 
 FRAMES = 4
 """Frames stacked into one observation."""
+
+EnvState = tuple[list[dict[str, Any]], Any, np.random.Generator, Any]
+"""An env's saved state (see :func:`_env_state`)."""
+
+
+class _Replay(gymnasium.Wrapper):
+    """Records the emulator's state at the game's last real reset and every action since, one per frame.
+
+    ALE's state leaves out the TIA's frame buffers and object masks, and ale-py cannot set them. A reset sets them
+    afresh (Stella's ``TIA::reset``) and the emulator is deterministic, so resetting, restoring the start state and
+    acting the same actions again rebuilds them as they were. It sits directly on gymnasium's game so that every
+    frame's action is recorded, SB3's no-ops, fire and skipped frames included; SB3's lost life is no reset of the
+    game and so no new start.
+    """
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        super().__init__(env)
+        self.start: ale_py.ALEState | None = None
+        self.actions = bytearray()  # the game's action indices; v5 has at most 18
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        out = self.env.reset(**kwargs)
+        self.start, self.actions = self.unwrapped.ale.cloneState(include_rng=True), bytearray()
+        return out
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        self.actions.append(int(action))
+        return self.env.step(action)
+
+    def state(self) -> tuple[ale_py.ALEState, bytes] | None:
+        """The start state and the actions, compressed (a frame's action repeats over the agent's frame skip);
+        ``None`` in an episode begun before a restore from a checkpoint without them."""
+        return None if self.start is None else (self.start, zlib.compress(self.actions))
+
+    def replay(self, state: tuple[ale_py.ALEState, bytes] | None) -> None:
+        """Play the episode so far again from its start, which rebuilds the TIA's state that ALE's leaves out."""
+        if state is None:
+            self.start, self.actions = None, bytearray()
+            return
+        self.start, self.actions = state[0], bytearray(zlib.decompress(state[1]))
+        ale = self.unwrapped.ale
+        ale.reset_game()  # sets the frame buffers and masks afresh, which restoreState leaves as they are
+        ale.restoreState(self.start)
+        actions = [ale_py.Action[name] for name in self.unwrapped.get_action_meanings()]
+        for action in self.actions:
+            ale.act(actions[action])
 
 
 class AtariVecEnv(VecFrameStack):
@@ -61,26 +112,42 @@ def _chain(env: gymnasium.Env) -> list[gymnasium.Env]:
     return chain
 
 
-def _env_state(env: gymnasium.Env) -> tuple[list[dict[str, Any]], Any, np.random.Generator]:
-    """Each wrapper's own attributes, the emulator's state with its RNG, and the game's RNG (the no-ops')."""
+def _parts(env: gymnasium.Env) -> tuple[list[gymnasium.Wrapper], _Replay, gymnasium.Env]:
+    """The SB3 and gymnasium wrappers (the order the state lists their attributes in), the replay, the game."""
     *wrappers, game = _chain(env)
+    replay = next(w for w in wrappers if isinstance(w, _Replay))
+    return [w for w in wrappers if w is not replay], replay, game.unwrapped
+
+
+def _env_state(env: gymnasium.Env) -> EnvState:
+    """Each wrapper's own attributes, the emulator's state with its RNG, the game's RNG (the no-ops'), and the
+    episode's replay."""
+    wrappers, replay, game = _parts(env)
     return ([{k: v for k, v in vars(w).items() if k != "env"} for w in wrappers],
-            game.unwrapped.ale.cloneState(include_rng=True), game.unwrapped.np_random)
+            game.ale.cloneState(include_rng=True), game.np_random, replay.state())
 
 
-def _set_env_state(env: gymnasium.Env, state: tuple[list[dict[str, Any]], Any, np.random.Generator]) -> None:
-    attributes, emulator, rng = state
-    *wrappers, game = _chain(env)
+def _set_env_state(env: gymnasium.Env, state: EnvState) -> None:
+    """Restore a state of :func:`_env_state`; one saved before the replay was (three parts) restores all but the
+    TIA's state that ALE's leaves out, as it did then."""
+    attributes, emulator, rng, *replayed = state
+    wrappers, replay, game = _parts(env)
     for wrapper, saved in zip(wrappers, attributes):
         wrapper.__dict__.update(saved)
-    game.unwrapped.ale.restoreState(emulator)
-    game.unwrapped.np_random = rng
+    replay.replay(replayed[0] if replayed else None)
+    game.ale.restoreState(emulator)
+    game.np_random = rng
+
+
+def _make_game(env: str, render: bool) -> _Replay:
+    """The game with its replay innermost, under SB3's Monitor and wrappers."""
+    return _Replay(gymnasium.make(env, frameskip=1, render_mode="rgb_array" if render else None))
 
 
 def make_atari_env(env: str, n_envs: int, seed: int, *, train: bool = True, render: bool = False,
                    **_: Any) -> AtariVecEnv:
     """``n_envs`` games of ``env`` seeded from ``seed``; ``train``: a lost life ends the episode."""
-    make = functools.partial(gymnasium.make, env, frameskip=1, render_mode="rgb_array" if render else None)
+    make = functools.partial(_make_game, env, render)
     venv = make_vec_env(make, n_envs=n_envs, seed=seed, wrapper_class=AtariWrapper,
                         wrapper_kwargs={"terminal_on_life_loss": train}, vec_env_cls=DummyVecEnv)
     return AtariVecEnv(venv, FRAMES)
