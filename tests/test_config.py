@@ -27,7 +27,7 @@ def test_shipped_experiment_files_resolve(experiment: Path) -> None:
     if "sweep" in load_yaml(experiment):  # a sweep's file: every variant must resolve
         sweep = load_sweep(experiment)
         configs = [resolve([sweep.experiment, v.settings]) for v in sweep.variants]
-        assert len(configs) >= 3 and len(sweep.seeds) >= 1
+        assert len(configs) >= 1 and len(sweep.seeds) >= 1
     else:
         configs = [resolve([load_yaml(experiment)])]
     # every run exploits at least once (a t_ready or budget typo would leave one round); the step-size study's
