@@ -284,3 +284,49 @@ AUTHORS_VERDICTS = [
 def test_ipbt_stagnation_smooths_as_the_authors_sparse_gp(bests: list[float], failed: bool) -> None:
     assert stagnated(np.array(bests), 15) == (failed, False)
     assert stagnated(np.array(bests), 15, "grid") == (not failed, False)  # the named setting keeps the old rule
+
+
+def _corner_pick(search: str | None, seed: int) -> tuple[np.ndarray, float]:
+    """BG-PBT's pick for its one recipient (unit config, its UCB) after rounds whose improvement rate falls with
+    ``h0 + h1`` (ToyPlain's shape); the donor, member 0, ran (0.02, 0.02) throughout and leads."""
+    rng = np.random.default_rng(seed)
+    configs = [[{"h0": 0.02, "h1": 0.02}] + [{"h0": float(rng.uniform()), "h1": float(rng.uniform())} for _ in range(7)]
+               for _ in range(6)]
+    scores, rows = np.zeros(8), []
+    for r in range(6):
+        if r:
+            scores = scores + [2 - c["h0"] - c["h1"] for c in configs[r]]
+        rows.append(list(scores))
+    history = _history(rows, explored=[[r > 0] * 8 for r in range(6)], configs=configs)
+    cfg = toy_config({"tr_search": search} if search else None, search="BGPBT", pop_size=8)
+    [pick] = [d for d in cfg.build_strategy().decide(history, cfg.space, rng) if d.explored]
+    assert pick.donor == 0 and pick.info.get("gp") == 1.0
+    return cfg.space.to_unit(pick.config), pick.info["ucb"]
+
+
+def test_the_trust_region_search_steps_up_the_acquisition_from_its_perturbed_starts() -> None:
+    """The reference's search moves each start ``donor * U(0.8, 1.2)`` 40 steps of 3e-4 up the acquisition
+    (``interleaved_search``, a new Adam each step), by the default: from the same starts (the same draws) its pick
+    has a higher UCB than the best start's, which ``tr_search: perturb`` (pbx's earlier search) takes, and lies
+    up to 0.012 outside the perturbations' reach, [0.016, 0.024] around a donor at 0.02."""
+    for seed in range(3):
+        (stepped, ucb), (start, ucb_start) = _corner_pick(None, seed), _corner_pick("perturb", seed)
+        assert np.all((start >= 0.016 - 1e-9) & (start <= 0.024 + 1e-9))
+        assert np.any((stepped < 0.016) | (stepped > 0.024))
+        assert np.all((stepped >= 0.004 - 1e-9) & (stepped <= 0.036 + 1e-9))
+        assert ucb > ucb_start
+
+
+def test_far_from_the_data_the_gp_expects_the_mean_rate_as_the_references_constant_mean() -> None:
+    """CASMO's GP has a learned constant mean, on the copula's normal scores their mean, 0: BG-PBT's and IPBT's GP
+    expects that far from the data by default; ``prior_mean: lowest`` (PB2's default, which they inherited before)
+    the window's lowest rate."""
+    history = _converging_history(0)
+    for search in ("BGPBT", "IPBT"):
+        for prior_mean in (None, "lowest"):
+            cfg = toy_config({"prior_mean": prior_mean} if prior_mean else None, search=search, pop_size=8)
+            strategy = cfg.build_strategy()
+            gp = strategy.prepare(history, cfg.space, 1, np.random.default_rng(0)).gps[()]
+            y = strategy.targets(strategy.observations(history, cfg.space).rate)
+            assert gp.posterior.prior_mean == (0.0 if prior_mean is None else pytest.approx(float(np.min(y))))
+            assert np.min(y) < -1.0

@@ -71,7 +71,9 @@ def test_the_study_trains_both_sides_on_the_device_it_names() -> None:
 
 def test_the_side_by_side_toy_trains_under_bgpbt_and_ipbt(tmp_path) -> None:
     """benchmarks/peers/ipbt's ToyPlain member, registered from outside pbx: both strategies run on it with their
-    first populations (24 and 16 for 8), and its scores are the reference's fitness, at most 1.2."""
+    first populations (24 and 16 for 8), and its scores are the reference's fitness, at most 1.2. Each candidate's
+    state is scored before round 0 (the reference's eval-only call: the fresh theta's fitness, 1.2 - 0.9^2), so the
+    first explore asks the GP."""
     from pbx.history import read_csv
 
     for search, first in (("BGPBT", 24), ("IPBT", 16)):
@@ -82,6 +84,7 @@ def test_the_side_by_side_toy_trains_under_bgpbt_and_ipbt(tmp_path) -> None:
         assert proc.returncode == 0, proc.stderr
         frame = read_csv(tmp_path / search / "history.csv")
         assert (frame["round"] == 0).sum() == first and frame["score"].max() <= 1.2
+        assert np.allclose(frame.loc[frame["round"] == 0, "start_score"], 0.39, rtol=0, atol=1e-6)
         assert frame.groupby("round")["score"].max().iloc[-1] > frame.groupby("round")["score"].max().iloc[0]
 
 

@@ -44,13 +44,13 @@ from pbx.history import History, skipped
 from pbx.settings import check_choices
 from pbx.standings import rank_best_first
 from pbx.space import Space
-from pbx.strategies.bayes.acquisition import Acquisition, Box, perturbed
+from pbx.strategies.bayes.acquisition import STEPS, Acquisition, Box, perturbed
 from pbx.strategies.base import Decision
 from pbx.strategies.bayes.observations import Intervals, intervals
 from pbx.strategies.pb2 import PB2, PB2Settings
 from pbx.strategies.selection import Truncation, nan_members
 
-TR_SEARCHES = ("perturb", "climb")
+TR_SEARCHES = ("steps", "perturb", "climb")
 """The values of :attr:`GenerationalSettings.tr_search`."""
 TR_COLLAPSES = ("restart", "stay")
 """The values of :attr:`GenerationalSettings.tr_collapse`."""
@@ -68,6 +68,10 @@ class GenerationalSettings(PB2Settings):
     """Most recent intervals of the current generation the GP learns from (the reference keeps 100)."""
     ucb_kappa: float = 3.0
     """UCB's exploration weight (the reference's LCB beta)."""
+    prior_mean: str = "mean"
+    """What the GP expects where it has no data: ``mean``, the reference's (CASMO's GP has a learned constant mean,
+    which on the copula's normal scores sits at their mean, 0), or ``lowest``, PB2's default in pbx (the window's
+    lowest rate), which BG-PBT and IPBT inherited before."""
     tr_init: float = 0.4
     """The trust region's side at a generation's start, in the unit cube of the continuous hyperparameters."""
     tr_min: float = 0.15
@@ -81,11 +85,13 @@ class GenerationalSettings(PB2Settings):
     """The first population's size in multiples of ``pop_size``, trained one round and cut to ``pop_size``."""
     patience: int = 15
     """Rounds in a row a generation may stagnate before it restarts (each strategy says what stagnates)."""
-    tr_search: str = "perturb"
-    """How a pick is searched in the trust region: ``perturb``, the reference's, the best by UCB of 3 points
-    ``donor * U(0.8, 1.2)`` (:func:`~pbx.strategies.bayes.acquisition.perturbed`), or ``climb``, pbx's: L-BFGS-B from
-    screened points and the donor's and running members' configs (:func:`~pbx.strategies.bayes.acquisition.maximise`,
-    PB2's search), which finds the acquisition's maximum in the region rather than near the donor."""
+    tr_search: str = "steps"
+    """How a pick is searched in the trust region: ``steps``, the reference's, 3 points ``donor * U(0.8, 1.2)``,
+    each moved 40 steps of 3e-4 up the acquisition, the best by UCB where they end
+    (:func:`~pbx.strategies.bayes.acquisition.perturbed`); ``perturb``, pbx's earlier, the best of the 3 points
+    without the steps; or ``climb``, pbx's: L-BFGS-B from screened points and the donor's and running members'
+    configs (:func:`~pbx.strategies.bayes.acquisition.maximise`, PB2's search), which finds the acquisition's
+    maximum in the region rather than near the donor."""
     tr_collapse: str = "stay"
     """What a trust region that shrinks to ``tr_min`` does: ``restart``, the original BG-PBT's (``xingchenwan/bgpbt``
     ``adjust_tr_length(restart=True)``, kept by ``AwesomeLemon/IPBT``'s BG-PBT), starts again at ``tr_init`` with
@@ -268,7 +274,7 @@ class Generational(PB2):
                rng: np.random.Generator) -> np.ndarray:
         if self.settings.tr_search == "climb":
             return super().search(acquisition, box, donor_unit, seeds, rng)
-        return perturbed(acquisition, box, donor_unit, rng)
+        return perturbed(acquisition, box, donor_unit, rng, steps=STEPS if self.settings.tr_search == "steps" else 0)
 
     def trust_length(self, history: History) -> float:
         """The trust region's side after the latest round (:meth:`trust_region`)."""

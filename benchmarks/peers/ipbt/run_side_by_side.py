@@ -85,6 +85,8 @@ TOYS = {"toy-plain": Toy(HERE / "toy_plain.py", 10, 300),
         "toy-deceptive-zoo": Toy(HERE / "toy_deceptive.py", 10, 1000)}
 ARMS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "climb": (("BGPBT", "IPBT"), {"tr_search": "climb"}),
+    "perturb": (("BGPBT", "IPBT"), {"tr_search": "perturb"}),
+    "lowest-mean": (("BGPBT", "IPBT"), {"prior_mean": "lowest"}),
     "selection": (("BGPBT", "IPBT"), {"exploit_rule": "selection"}),
     "local-restart": (("BGPBT",), {"restart_search": "local"}),
     "tr-stay": (("BGPBT",), {"tr_collapse": "stay"}),

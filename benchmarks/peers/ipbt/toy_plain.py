@@ -115,6 +115,11 @@ class ToyPlainMember(Member):
     def curve(self) -> list[tuple[int, float]]:
         return list(self._curve)
 
+    def score_state(self, seed: int) -> float:
+        # the reference's eval-only call before a generation's first round (``only_evaluate``): the fitness of
+        # theta as it is; without it BG-PBT's and IPBT's first explore has no interval and perturbs as PBT
+        return fitness(self.theta)
+
     def evaluate(self, seed: int) -> float:
         return fitness(self.theta)  # the reference's val and test are the fitness itself
 
