@@ -150,9 +150,9 @@ class History:
         new = pd.DataFrame([r.as_record(self.hp_names) for r in rows], columns=self.frame.columns, dtype=object)
         points = points_frame(_points(rows))
         curves = points if not len(self.curves) else pd.concat([self.curves, points], ignore_index=True)
-        if not len(self.frame):
-            return History(self.hp_names, _typed(new), curves)
         typed = _typed(new)
+        if not len(self.frame):
+            return History(self.hp_names, typed, curves)
         if all(a == b for a, b in zip(typed.dtypes, self.frame.dtypes)):
             # each column's type is what typing the whole would give (its values' kinds did not change): only
             # the new rows are typed, not the whole history again each round

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -37,10 +38,7 @@ def _skip_fsync() -> None:
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(NO_FSYNC) not in paths:  # xdist's workers inherit it from the controller
         os.environ["PYTHONPATH"] = os.pathsep.join([str(NO_FSYNC), *paths])
-    sys.path.insert(0, str(NO_FSYNC))
-    import sitecustomize  # noqa: F401  (this process: the folder was not on the path when it started)
-
-    sys.path.remove(str(NO_FSYNC))
+    runpy.run_path(str(NO_FSYNC / "sitecustomize.py"))  # this process: it started before the path was set
 
 
 def pytest_configure(config: pytest.Config) -> None:
