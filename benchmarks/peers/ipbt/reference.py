@@ -34,7 +34,14 @@ changes none of the authors' files:
   member and round, hours per run on a toy whose training takes microseconds. The
   launcher declares the same function without the GPU, so Ray reuses its workers;
   ``.options(num_cpus=..., num_gpus=...)`` at each call, the authors' code, sets
-  the resources as before. What a call computes does not change.
+  the resources as before. What a call computes does not change. The launcher also
+  guards IPBT's stagnation smoother against a flat generation (its round bests all
+  equal, as on ToyDeceptive after a restart): the z-scores are NaN (std 0), and the
+  authors' code stops with a traceback (GPyTorch's ``Normal`` refuses NaN targets;
+  with that check off, its Cholesky of the NaN-trained kernel does). The guard
+  answers "not improved", the value of the authors' comparison on NaN means and
+  pbx's rule (``pbx/strategies/stagnation.py``), and prints ``pbx guard`` in the
+  run's log each time. A run that never meets a flat generation is unchanged.
 
 The other CPU settings are Hydra overrides on the command line (:func:`command`):
 ``general.num_gpus=0 general.num_cpus=1`` for the training tasks, the run folder
@@ -129,9 +136,26 @@ import runpy
 import ray
 
 import algo.base
+import algo.ipbt
 
 _declared = algo.base.BaseAlgo.__dict__['_task_fn_ray'].__func__  # the RemoteFunction: num_cpus=1, num_gpus=0.25
 algo.base.BaseAlgo._task_fn_ray = staticmethod(ray.remote(num_cpus=1, num_gpus=0)(_declared._function))
+
+_gauge = algo.ipbt.train_approximate_gp_and_gauge_improvement
+
+
+def _gauge_or_flat(train_x, train_y, inducing_points, path, title='', training_iterations=50):
+    """IPBT's smoother, except on z-scores of a flat generation (std 0: all NaN), which GPyTorch cannot fit
+    (its Normal refuses NaN targets; without that check its Cholesky does): the round has not improved, the
+    value of the authors' comparison mean[-1] > mean[-2] on NaN means."""
+    if bool(train_y.isnan().any()):
+        print(f'pbx guard: flat generation bests at {title}: not improved', flush=True)
+        path.mkdir(parents=True, exist_ok=True)  # the caller writes its record there
+        return False
+    return _gauge(train_x, train_y, inducing_points, path, title=title, training_iterations=training_iterations)
+
+
+algo.ipbt.train_approximate_gp_and_gauge_improvement = _gauge_or_flat
 
 if __name__ == '__main__':
     here = os.path.dirname(os.path.abspath(__file__))
