@@ -117,5 +117,21 @@ def test_the_side_by_side_calls_equivalence_only_inside_its_margin() -> None:
     a = rng.normal(-5.0, 0.01, 8)
     assert compare.equivalence(a, a + 0.001).endswith("equivalent")
     assert compare.equivalence(a, a + 0.5).endswith("not shown")
+    assert compare.equivalence(a[:1], a[:1] + 0.001).endswith("no verdict under 8 seeds a side")
     assert compare.log_distance(np.array([1.2 - np.e ** -3]))[0] == pytest.approx(-3.0)
     assert toy_deceptive.check_against_torch(trials=50) == 0  # PBT-Zoo's ToyDeceptive to the bit
+
+
+def test_the_side_by_side_counts_the_reference_runs_flat_generation_guards() -> None:
+    """The launcher's guard prints its line each time it answers for the authors' smoother; the runner counts
+    them into the run's marker, also after an authors' print that left its line open."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "peers" / "ipbt"))
+    try:
+        import reference
+        import run_side_by_side
+    finally:
+        sys.path.pop(0)
+    assert f"print(f'{reference.GUARD_LINE} bests at" in reference.LAUNCHER
+    log = f"Expanding TR length to 1.0{reference.GUARD_LINE} bests at 240: not improved\nmean=...\n" \
+          f"{reference.GUARD_LINE} bests at 250: not improved\n"
+    assert run_side_by_side.flat_guards(log) == 2 and run_side_by_side.flat_guards("mean=tensor([nan])") == 0

@@ -47,6 +47,8 @@ TOYS = ("toy-plain", "toy-deceptive-zoo")
 ANSWERS = {"final": "final population best", "ends": "generation-end best"}
 OPTIMUM = 1.2
 """Both toys' best score (theta = 0)."""
+MIN_SEEDS = 8
+"""The runs a side needs before :func:`equivalence` gives a verdict."""
 MARGIN = 0.1
 """Equivalence margin on the mean log distance (natural log): 10% of the distance to the optimum. On ToyPlain at the
 lowest lr the distance shrinks by a factor e^(-0.008) a step, so 0.1 is about 12 of the 300 steps."""
@@ -63,6 +65,10 @@ class Run:
     """The whole process, from the runner's marker."""
     own_s: float
     """The run's own clock: pbx's last ``wall_s``, the reference's ``runtime.yaml``."""
+    flat_guards: int = 0
+    """The reference's flat generations, where the launcher's guard answered for the authors' smoother (which
+    stops with a traceback there; ``reference.LAUNCHER``). A run whose marker has no count ran without the guard,
+    and finished: it met none."""
 
 
 def pbx_run(folder: Path, marker: dict) -> Run:
@@ -77,7 +83,8 @@ def reference_run(folder: Path, marker: dict) -> Run:
     final = max(float(h[-1][1]) for h in histories)
     answer = float(yaml.safe_load((folder / "best_info.yaml").read_text())["fitness"])
     restarts = len(list(folder.glob("best_info_*.yaml")))
-    return Run(final, answer, restarts, marker["wall_s"], float(yaml.safe_load((folder / "runtime.yaml").read_text())))
+    return Run(final, answer, restarts, marker["wall_s"], float(yaml.safe_load((folder / "runtime.yaml").read_text())),
+               int(marker.get("flat_guards", 0)))
 
 
 Runs = dict[str, dict[str, dict[str, dict[int, Run]]]]
@@ -116,9 +123,13 @@ def mean_difference(a: np.ndarray, b: np.ndarray, level: float, reps: int = 10_0
 
 
 def equivalence(a: np.ndarray, b: np.ndarray, margin: float = MARGIN) -> str:
-    """The verdict on mean(a) - mean(b): equivalent within ``margin`` when its 90% interval lies inside it."""
+    """The verdict on mean(a) - mean(b): equivalent within ``margin`` when its 90% interval lies inside it and
+    each side has :data:`MIN_SEEDS` runs (a bootstrap over fewer seeds says little about the spread)."""
     diff, low, high = mean_difference(a, b, 0.90)
-    verdict = "equivalent" if -margin < low and high < margin else "not shown"
+    if min(len(a), len(b)) < MIN_SEEDS:
+        verdict = f"no verdict under {MIN_SEEDS} seeds a side"
+    else:
+        verdict = "equivalent" if -margin < low and high < margin else "not shown"
     return f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]: {verdict}"
 
 
@@ -177,11 +188,12 @@ def time_table(runs: Runs, toy: str) -> str:
             if not group:
                 continue
             wall, own = np.array([r.wall_s for r in group]), np.array([r.own_s for r in group])
-            restarts = np.array([r.restarts for r in group])
+            restarts, guards = np.array([r.restarts for r in group]), np.array([r.flat_guards for r in group])
             rows.append([algo, side, str(len(group)), f"{wall.mean():.0f}", f"{own.mean():.0f}",
-                         f"{restarts.mean():.2f} ({restarts.min()}–{restarts.max()})"])
+                         f"{restarts.mean():.2f} ({restarts.min()}–{restarts.max()})",
+                         f"{guards.sum()} in {(guards > 0).sum()} runs" if side == "reference" else ""])
     return markdown_table(["algorithm", "side", "runs", "wall s/run", "run's own clock s/run",
-                           "generation ends/run (min–max)"], rows)
+                           "generation ends/run (min–max)", "flat generations guarded"], rows)
 
 
 def report(root: Path) -> str:

@@ -61,6 +61,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+GUARD_LINE = "pbx guard: flat generation"
+"""How the launcher's flat-generation guard begins the line it prints each time it answers (:data:`LAUNCHER`)."""
 ALGOS = {"BGPBT": "bgpbt", "IPBT": "ipbt"}
 """pbx's ``--search`` name -> the reference's ``config/algo`` name."""
 SEED_BASE = 71173

@@ -150,18 +150,29 @@ def run(job: Job, root: Path, checkout: Path | None, python: str | None) -> floa
         cmd = reference.command(python, checkout, job.algo, job.seed, folder, job.toy, toy.t_ready, toy.budget)
         env = reference.environment(checkout)
     start = time.perf_counter()
-    with open(folder.with_suffix(".log"), "a") as log:
+    log_path = folder.with_suffix(".log")
+    with open(log_path, "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
+        offset = log.tell()
         rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT),
                              preexec_fn=lambda: os.nice(10))
     wall = time.perf_counter() - start
     if rc != 0:
-        raise SystemExit(f"{job.toy} {job.side} {job.algo} seed {job.seed} failed (exit {rc}): "
-                         f"see {folder.with_suffix('.log')}")
-    job.marker(root).write_text(json.dumps({"command": cmd, "rc": rc, "wall_s": wall,
-                                            "finished": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=1))
+        raise SystemExit(f"{job.toy} {job.side} {job.algo} seed {job.seed} failed (exit {rc}): see {log_path}")
+    marker = {"command": cmd, "rc": rc, "wall_s": wall, "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if job.side == "reference":
+        with open(log_path, errors="replace") as log:
+            log.seek(offset)
+            marker["flat_guards"] = flat_guards(log.read())
+    job.marker(root).write_text(json.dumps(marker, indent=1))
     return wall
+
+
+def flat_guards(log: str) -> int:
+    """How often a reference run's IPBT met a flat generation, where the launcher's guard answered for the
+    authors' smoother (``reference.LAUNCHER``): the lines it printed in the run's log."""
+    return log.count(reference.GUARD_LINE)  # the authors' prints may leave a line open before it
 
 
 def small_files(job: Job, root: Path) -> list[Path]:
