@@ -63,8 +63,9 @@ def test_a_tiny_campaign_trains_delivers_and_the_next_one_continues_its_runs(tmp
     assert (kept / "archive.tar.gz.00").read_bytes() == (out1 / "archive.tar.gz.00").read_bytes()
     assert (kept / "runs" / "bigfish_none" / "history.csv").is_file() and len(list(kept.glob("summary-*.md"))) == 1
 
-    # a fresh work folder, as on the next machine: only the archive travels
-    second = run("--limit", "60", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
+    # a fresh work folder, as on the next machine: only the archive travels. Its limit is longer: unpacking the
+    # archive and restoring the envs come out of it (under a loaded suite, 60 s once left no time for a round)
+    second = run("--limit", "90", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
                  "--arms", "bigfish_none", "--work", str(tmp_path / "b"), "--deliver", str(tmp_path / "out2"),
                  "--resume-from", str(kept / "archive"))
     assert second.returncode == 0, second.stdout + second.stderr
