@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,6 +60,24 @@ def toy_config(strategy: dict[str, object] | None = None, **run: object) -> RunC
     settings = {"env": "toy", "search": "PBT", "pop_size": 4, "t_ready": 4, "max_budget": 200, "seed": 0}
     settings.update(run)
     return resolve([{"run": settings, "strategy": strategy or {}}])
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder ``name`` that ``build`` fills, built once for all of the session's xdist workers: worksteal
+    spreads a module's tests over the workers, and each would build its own copy of a module-scoped fixture (the
+    search-quality runs three times, 44 s each, in one suite). The first worker to ask builds it under a file
+    lock; the others wait for it and share it, so the tests that read it must only read it."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common folder
+    folder, done = root / f"shared-{name}", root / f"shared-{name}.built"
+    with FileLock(str(root / f"shared-{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that died while building it
+            build(folder)
+            done.touch()
+    return folder
 
 
 def run_toy(folder: Path, strategy: dict[str, object] | None = None, **run: object) -> History:

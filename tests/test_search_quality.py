@@ -10,22 +10,24 @@ import pytest
 
 from pbx.history import read_csv
 
-from conftest import run_toy
+from conftest import built_once, run_toy
 
 SEEDS = range(5)
+SEARCHES = ("none", "random", "PBT", "PB2")
 BEST_REACHABLE = 1.1995  # h = (1, 1) throughout 200 steps
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, list[Path]]:
-    """Toy run folders per strategy and seed; population 4, 200 steps, t_ready 4."""
-    out: dict[str, list[Path]] = {}
-    for search in ("none", "random", "PBT", "PB2"):
+def _build(root: Path) -> None:
+    for search in SEARCHES:
         for seed in SEEDS:
-            folder = tmp_path_factory.mktemp(f"{search}-{seed}") / "run"
-            run_toy(folder, search=search, seed=seed)
-            out.setdefault(search, []).append(folder)
-    return out
+            run_toy(root / f"{search}-{seed}", search=search, seed=seed)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
+    """Toy run folders per strategy and seed; population 4, 200 steps, t_ready 4 (built once a session)."""
+    root = built_once(tmp_path_factory, "search-quality", _build)
+    return {search: [root / f"{search}-{seed}" for seed in SEEDS] for search in SEARCHES}
 
 
 @pytest.fixture(scope="module")
