@@ -142,6 +142,33 @@ def test_an_ipbt_run_ends_with_its_population_when_a_restart_would_take_the_last
     assert len(last) == 4, f"the last round holds {len(last)} members (population mean {last['score'].mean():.4g})"
 
 
+def test_a_cartpole_ipbt_run_ends_with_its_population_when_a_restart_would_take_the_last_round(
+        tmp_path: Path) -> None:
+    """PPO on CartPole, population 2, rounds of 64 steps (``patience`` 2): at max_budget 1,792 the population
+    restarts after rounds 2 and 8, the second time when round 8 ends at 1,152 of the budget, in rounds of 128.
+    At 1,664 that restart round, 4 candidates at 256 steps, would use up the budget exactly (the reference's
+    late-restart rule allows it: 1,152 + 2 x 2 x 128 is not past 1,664) and end the run on 4 uncut members: the
+    run goes on without it, ends on 2, and its report counts 2."""
+    from pbx.report import main as report_main
+
+    def run(budget: int) -> pd.DataFrame:
+        folder = tmp_path / str(budget)
+        assert train_main(["--env", "CartPole-v1", "--search", "IPBT", "--batchsize", "2", "--t_ready", "64",
+                           "--max_budget", str(budget), "--device", "cpu", "-m", "n_envs=2", "n_steps=32",
+                           "batch_size=32", "eval_episodes=0", "net_arch=[16,16]", "patience=2",
+                           "--run-dir", str(folder)]) == 0
+        return read_csv(RunDir(folder).history)
+
+    longer = run(1792)
+    assert sorted(longer.loc[longer["restart"], "round"].unique()) == [3, 9]
+    exact = run(1664)
+    last = exact[exact["round"] == exact["round"].max()]
+    assert sorted(exact.loc[exact["restart"], "round"].unique()) == [3] and len(last) == 2, \
+        f"the last round holds {len(last)} members"
+    assert report_main([str(tmp_path / "1664")]) == 0
+    assert ", 2 members in the last round," in (RunDir(tmp_path / "1664").report / "summary.md").read_text()
+
+
 @pytest.mark.parametrize("search, budget", [("IPBT", 8), ("BGPBT", 12)])
 def test_a_budget_the_first_population_uses_up_is_refused(search: str, budget: int) -> None:
     """A first population larger than the kept one is cut after its round: a budget that round uses up (x2 for

@@ -282,8 +282,11 @@ def test_the_start_line_and_the_progress_bar_count_what_the_run_trains(tmp_path,
     monkeypatch.setattr(common, "Console", Bar)
     run = tmp_path / "run"
     assert train.main(["--env", "toy", "--search", search, "--max_budget", "200", "--run-dir", str(run)]) == 0
-    start = capsys.readouterr().out.splitlines()[0]
+    lines = capsys.readouterr().out.splitlines()
+    start = lines[0]
     assert f"x 200 steps ({rounds} rounds of 4)" in start, start
+    if search != "PBT":  # only IPBT's restarts lengthen its rounds (BG-PBT's keep t_ready)
+        assert ("2 times as long" in lines[1]) == (search == "IPBT"), lines[1]
     frame = read_csv(run / "history.csv")
     assert frame["restart"].any() == restarts and (frame["round"].nunique() == rounds) != restarts
     trained = frame["steps"] - frame.merge(frame.assign(round=frame["round"] + 1), how="left",

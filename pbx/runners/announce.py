@@ -28,8 +28,9 @@ def start_line(cfg: RunConfig, run_dir: RunDir, ranks: int = 1, resumed: bool = 
     if cfg.init_size > run.pop_size or plan.rules.nominal_length(1) != run.t_ready:
         line += (f"\nnote: {run.search} trains {cfg.init_size} members in round 0, which takes "
                  f"{cfg.init_size / run.pop_size:g} rounds of the budget (the best {run.pop_size} go on), and "
-                 f"restarts a stagnant population (history.csv's restart column), which may lengthen the rounds "
-                 f"after it")
+                 f"restarts a stagnant population (history.csv's restart column)"
+                 + (f", each restart making the rounds after it {cfg.rules.growth:g} times as long"
+                    if cfg.rules.growth != 1 else ""))
     trained = [plan.trained_steps(r) for r in range(plan.rounds)]
     if trained != plan.nominal_steps:
         last = f" ({trained[-1]:,} in the last)" if trained[-1] != trained[0] else ""
