@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pbx.history import read_csv
+
 ROOT = Path(__file__).resolve().parent.parent
 ROUND = 65_536
 
@@ -74,7 +76,6 @@ def test_the_side_by_side_toy_trains_under_bgpbt_and_ipbt(tmp_path) -> None:
     first populations (24 and 16 for 8), and its scores are the reference's fitness, at most 1.2. Each candidate's
     state is scored before round 0 (the reference's eval-only call: the fresh theta's fitness, 1.2 - 0.9^2), so the
     first explore asks the GP."""
-    from pbx.history import read_csv
 
     for search, first in (("BGPBT", 24), ("IPBT", 16)):
         proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers" / "ipbt" / "toy_plain.py"), "--env",
@@ -99,6 +100,9 @@ def test_the_side_by_side_runs_small_with_an_ablation_arm_and_compares_by_log_di
     assert "4 runs to go" in proc.stdout and "## toy-deceptive-zoo" in proc.stdout
     assert len(list((tmp_path / "study").glob("toy-deceptive-zoo/*/IPBT/s*.json"))) == 4
     assert "| IPBT | pbx (default) | 2 |" in proc.stdout and "| IPBT | cut | 2 |" in proc.stdout
+    first = read_csv(tmp_path / "study" / "toy-deceptive-zoo" / "pbx" / "IPBT" / "s0" / "history.csv")
+    # each candidate's state is scored before round 0, as the reference's eval-only call: theta0 = 0.9
+    assert np.allclose(first.loc[first["round"] == 0, "start_score"], 0.39, rtol=0, atol=1e-6)
     again = subprocess.run([sys.executable, str(script / "run_side_by_side.py"), "--dir", str(tmp_path / "study"),
                             "--sides", "pbx", "--toys", "toy-deceptive-zoo", "--algos", "IPBT", "--seeds", "2",
                             "--arms", "cut", "--budget", "60", "--no-compare"], capture_output=True, text=True,

@@ -127,6 +127,11 @@ class ToyDeceptiveMember(Member):
     def evaluate(self, seed: int) -> float:
         return float(F32(1.2) - self.theta * self.theta)
 
+    def score_state(self, seed: int) -> float:
+        # the reference's eval-only call before a generation's first round (``only_evaluate``, ``t_step`` 0: the
+        # objective of theta as it is); without it BG-PBT's and IPBT's first explore has no interval and perturbs
+        return self.evaluate(seed)
+
     def apply(self, config: Config) -> None:
         self.lr = float(config["lr"])
 
