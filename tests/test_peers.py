@@ -76,7 +76,6 @@ def test_the_side_by_side_toy_trains_under_bgpbt_and_ipbt(tmp_path) -> None:
     first populations (24 and 16 for 8), and its scores are the reference's fitness, at most 1.2. Each candidate's
     state is scored before round 0 (the reference's eval-only call: the fresh theta's fitness, 1.2 - 0.9^2), so the
     first explore asks the GP."""
-
     for search, first in (("BGPBT", 24), ("IPBT", 16)):
         proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers" / "ipbt" / "toy_plain.py"), "--env",
                                "toy-plain", "--search", search, "--seed", "0", "--batchsize", "8", "--t_ready", "10",
