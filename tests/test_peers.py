@@ -121,6 +121,8 @@ def test_the_side_by_side_calls_equivalence_only_inside_its_margin() -> None:
     assert compare.equivalence(a, a + 0.001).endswith("equivalent")
     assert compare.equivalence(a, a + 0.5).endswith("not shown")
     assert compare.equivalence(a[:1], a[:1] + 0.001).endswith("no verdict under 8 seeds a side")
+    # the ablation pairs seeds: a shift common to both runs of a seed is no difference
+    assert compare.paired_difference(a + np.arange(8), a + np.arange(8) + 0.01, 0.95) == pytest.approx((-0.01,) * 3)
     assert compare.log_distance(np.array([1.2 - np.e ** -3]))[0] == pytest.approx(-3.0)
     assert toy_deceptive.check_against_torch(trials=50) == 0  # PBT-Zoo's ToyDeceptive to the bit
 
