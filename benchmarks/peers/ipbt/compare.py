@@ -187,8 +187,8 @@ def ablation_table(runs: Runs, toy: str, answer: str) -> str:
             x = log_distance(np.array([getattr(arm_runs[k], answer) for k in seeds]))
             y = log_distance(np.array([getattr(base_runs[k], answer) for k in seeds]))
             diff, low, high = paired_difference(x, y, 0.95)
-            inside = "inside" if -MARGIN < low and high < MARGIN else ("outside" if low > MARGIN or high < -MARGIN
-                                                                      else "not told apart")
+            inside = ("too few seeds" if len(seeds) < 3 else "inside" if -MARGIN < low and high < MARGIN else
+                      "outside" if low > MARGIN or high < -MARGIN else "not told apart")
             rows.append([algo, arm.removeprefix("pbx-"), str(len(x)), f"{x.mean():.3f}",
                          f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]", inside])
     return markdown_table(["algorithm", "arm", "runs", "log(1.2 − score), mean", "arm − default, same seeds [95% CI]",
