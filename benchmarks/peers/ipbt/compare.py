@@ -49,6 +49,8 @@ OPTIMUM = 1.2
 """Both toys' best score (theta = 0)."""
 MIN_SEEDS = 8
 """The runs a side needs before :func:`equivalence` gives a verdict."""
+ABLATION_MIN_SEEDS = 3
+"""The paired seeds an ablation arm needs before :func:`ablation_table` places it against the margin."""
 MARGIN = 0.1
 """Equivalence margin on the mean log distance (natural log): 10% of the distance to the optimum. On ToyPlain at the
 lowest lr the distance shrinks by a factor e^(-0.008) a step, so 0.1 is about 12 of the 300 steps."""
@@ -108,18 +110,28 @@ def log_distance(scores: np.ndarray) -> np.ndarray:
     return np.log(OPTIMUM - np.asarray(scores, dtype=float))
 
 
-def values(runs: Runs, toy: str, side: str, algo: str, answer: str) -> np.ndarray:
-    group = runs.get(toy, {}).get(side, {}).get(algo, {})
-    return log_distance(np.array([getattr(r, answer) for _, r in sorted(group.items())]))
+def runs_by_seed(runs: Runs, toy: str, side: str, algo: str) -> dict[int, Run]:
+    """The finished runs of one toy, side and algorithm, by seed."""
+    return runs.get(toy, {}).get(side, {}).get(algo, {})
+
+
+def values(runs: Runs, toy: str, side: str, algo: str, answer: str, seeds: list[int] | None = None) -> np.ndarray:
+    """The log distances of ``answer`` over ``seeds`` (default: every finished seed), in seed order."""
+    by_seed = runs_by_seed(runs, toy, side, algo)
+    return log_distance(np.array([getattr(by_seed[k], answer) for k in (sorted(by_seed) if seeds is None else seeds)]))
+
+
+def percentile_interval(boot: np.ndarray, level: float) -> tuple[float, float]:
+    tail = (1 - level) / 2
+    low, high = np.quantile(boot, [tail, 1 - tail])
+    return float(low), float(high)
 
 
 def mean_difference(a: np.ndarray, b: np.ndarray, level: float, reps: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
     """mean(a) - mean(b) and its percentile-bootstrap interval at ``level`` (each sample resampled over its seeds)."""
     rng = np.random.default_rng(seed)
     boot = (rng.choice(a, (reps, len(a))).mean(axis=1) - rng.choice(b, (reps, len(b))).mean(axis=1))
-    tail = (1 - level) / 2
-    low, high = np.quantile(boot, [tail, 1 - tail])
-    return float(a.mean() - b.mean()), float(low), float(high)
+    return (float(a.mean() - b.mean()), *percentile_interval(boot, level))
 
 
 def equivalence(a: np.ndarray, b: np.ndarray, margin: float = MARGIN) -> str:
@@ -163,9 +175,7 @@ def paired_difference(a: np.ndarray, b: np.ndarray, level: float, reps: int = 10
     """mean(a - b) over paired seeds and its percentile-bootstrap interval at ``level`` (the seeds resampled)."""
     d = a - b
     boot = d[np.random.default_rng(seed).integers(0, len(d), (reps, len(d)))].mean(axis=1)
-    tail = (1 - level) / 2
-    low, high = np.quantile(boot, [tail, 1 - tail])
-    return float(d.mean()), float(low), float(high)
+    return (float(d.mean()), *percentile_interval(boot, level))
 
 
 def ablation_table(runs: Runs, toy: str, answer: str) -> str:
@@ -174,20 +184,17 @@ def ablation_table(runs: Runs, toy: str, answer: str) -> str:
     rows = []
     arms = sorted(side for side in runs.get(toy, {}) if side.startswith("pbx-"))
     for algo in ALGOS:
-        base_runs = runs.get(toy, {}).get("pbx", {}).get(algo, {})
-        if not base_runs:
-            continue
         base = values(runs, toy, "pbx", algo, answer)
+        if not len(base):
+            continue
         rows.append([algo, "pbx (default)", str(len(base)), f"{base.mean():.3f}", "", ""])
         for arm in arms:
-            arm_runs = runs[toy][arm].get(algo, {})
-            seeds = sorted(set(arm_runs) & set(base_runs))
+            seeds = sorted(set(runs_by_seed(runs, toy, arm, algo)) & set(runs_by_seed(runs, toy, "pbx", algo)))
             if not seeds:
                 continue
-            x = log_distance(np.array([getattr(arm_runs[k], answer) for k in seeds]))
-            y = log_distance(np.array([getattr(base_runs[k], answer) for k in seeds]))
-            diff, low, high = paired_difference(x, y, 0.95)
-            inside = ("too few seeds" if len(seeds) < 3 else "inside" if -MARGIN < low and high < MARGIN else
+            x = values(runs, toy, arm, algo, answer, seeds)
+            diff, low, high = paired_difference(x, values(runs, toy, "pbx", algo, answer, seeds), 0.95)
+            inside = ("too few seeds" if len(seeds) < ABLATION_MIN_SEEDS else "inside" if -MARGIN < low and high < MARGIN else
                       "outside" if low > MARGIN or high < -MARGIN else "not told apart")
             rows.append([algo, arm.removeprefix("pbx-"), str(len(x)), f"{x.mean():.3f}",
                          f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]", inside])
