@@ -103,7 +103,8 @@ class RunConfig:
         """The run's strategy, told the run's planned length, population and roles (EXP3's rates, FIRE)."""
         return self.strategy_cls(self.strategy, selection(self.run),
                                  RunContext(rounds=self.rules.fixed_rounds, pop_size=self.run.pop_size,
-                                            roles=self.roles(), rules=self.rules))
+                                            roles=self.roles(), rules=self.rules,
+                                            prior=self.member_cls.prior(self.member, self.space)))
 
     def roles(self) -> tuple[str, ...]:
         """Each member's role, as the history records it (:meth:`pbx.strategies.Strategy.roles`); a first

@@ -188,6 +188,13 @@ class Space:
         """Draw every parameter from its prior (uniform, or log-uniform for log parameters)."""
         return {name: p.sample(rng) for name, p in self.params.items()}
 
+    def with_uniform(self, name: str, low: float, high: float) -> Space:
+        """This space with ``name`` drawn uniformly from ``[low, high]`` (a task's own first draw,
+        :meth:`pbx.members.Member.prior`)."""
+        if name not in self.params:
+            raise UsageError(f"the search space has no parameter {name!r}")
+        return Space({**self.params, name: Continuous(low, high)})
+
     def initial(self) -> Config:
         """The fixed baseline configuration (each parameter's ``default``)."""
         return {name: p.initial() for name, p in self.params.items()}

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from pbx.config import RunConfig
+from pbx.config import RunConfig, resolve
 from pbx.history import History, Row, skipped
 from pbx.plan import Rules
+from pbx.space import Continuous
 from pbx.strategies.generations import copula
 from pbx.strategies.ipbt import late
 from pbx.strategies.stagnation import stagnated
@@ -330,3 +331,72 @@ def test_far_from_the_data_the_gp_expects_the_mean_rate_as_the_references_consta
             y = strategy.targets(strategy.observations(history, cfg.space).rate)
             assert gp.posterior.prior_mean == (0.0 if prior_mean is None else pytest.approx(float(np.min(y))))
             assert np.min(y) < -1.0
+
+
+def _lineage_history() -> History:
+    """IPBT at population 4: round 0 trains 8 candidates, the cut keeps 4..7; candidate 4 (h0 0.1) starts the
+    lineage that rises furthest, and its member is explored to h0 0.9 in round 2, where it is the best."""
+    start = [{"h0": 0.1 + 0.05 * m, "h1": 0.5} for m in range(8)]
+    rows = [Row(member=m, round=0, steps=10, wall_s=0.0, score=float(m), test_score=np.nan, parent=m,
+                explored=False, config=start[m]) for m in range(8)]
+    gains = [3.0, 1.0, 0.5, 0.2]
+    for r in (1, 2, 3):
+        for m in range(4):
+            config = {"h0": 0.9, "h1": 0.5} if m == 0 and r >= 2 else start[4 + m]
+            rows.append(Row(member=m, round=r, steps=10 * (r + 1), wall_s=0.0, score=4.0 + m + r * gains[m],
+                            test_score=np.nan, parent=4 + m if r == 1 else m, explored=m == 0 and r == 2,
+                            config=config))
+    return History(["h0", "h1"]).with_rows(rows)
+
+
+def test_an_ipbt_restart_centres_its_gp_on_the_best_lineages_start_as_the_reference_and_latest_is_a_setting(
+) -> None:
+    """The reference's ``hps_best`` (``algo/ipbt.py`` ``reinit_population_time_varying``): the config the ending
+    generation's best lineage started with (candidate 4, h0 0.1), asked at that start's score (4), not the
+    latest best member's config (h0 0.9, explored since). The GP's picks lie in the box of side 0.4 around it;
+    ``restart_centre: latest`` is pbx's earlier centre."""
+    history = _lineage_history()
+    cfg = toy_config(search="IPBT", pop_size=4, max_budget=10_000)
+    strategy = cfg.build_strategy()
+    assert strategy.lineage_centre(history) == ({"h0": 0.1 + 0.05 * 4, "h1": 0.5}, 4.0)
+    assert strategy.latest_centre(history) == ({"h0": 0.9, "h1": 0.5}, 4.0 + 3 * 3.0)
+
+    def gp_picks(settings: dict[str, object]) -> np.ndarray:
+        cfg = toy_config(settings, search="IPBT", pop_size=4, max_budget=10_000)
+        decisions = cfg.build_strategy().restart(history, cfg.space, {m: m for m in range(4)},
+                                                 np.random.default_rng(0))
+        picked = [d.config["h0"] for d in decisions if "hps by the GP across generations" in d.ops]
+        assert len(picked) == 4
+        return np.array(picked)
+
+    assert np.all(np.abs(gp_picks({}) - 0.3) <= 0.2 + 1e-9)
+    assert np.all(gp_picks({"restart_centre": "latest"}) >= 0.7 - 1e-9)
+
+
+@pytest.mark.parametrize("search", ["IPBT", "BGPBT"])
+def test_a_restart_draws_from_the_tasks_first_draw_as_the_references_and_the_space_is_a_setting(search: str) -> None:
+    """The references draw a restart's configs "from the prior" through the task's initial sample
+    (``search_space.sample(task, True)``): on the deceptive toy, h uniform on [0.9, 1.1] (its first population's
+    draw, ``Member.prior``), where the space's prior reaches down to 1e-4. IPBT's random half and every draw that
+    BG-PBT's global restart ranks come from it; ``restart_prior: space`` is pbx's earlier draw. A member without a
+    first draw of its own (the toy, every SB3 agent) draws from the space either way."""
+    rows = [Row(member=m, round=r, steps=20 * (r + 1), wall_s=0.0, score=0.4 + 0.01 * r * (m + 1),
+                test_score=np.nan, parent=m, explored=False, config={"h": 0.35 + 0.1 * m})
+            for r in range(4) for m in range(8)]
+    history = History(["h"]).with_rows(rows)
+
+    def drawn(settings: dict[str, object]) -> np.ndarray:
+        cfg = toy_config(settings, search=search, env="toy-deceptive", pop_size=8, t_ready=20, max_budget=10_000)
+        decisions = cfg.build_strategy().restart(history, cfg.space, {m: m for m in range(8)},
+                                                 np.random.default_rng(1))
+        return np.array([d.config["h"] for d in decisions
+                         if search == "BGPBT" or "hps from the prior" in d.ops])
+
+    assert np.all((drawn({}) >= 0.9) & (drawn({}) <= 1.1))
+    assert np.any(drawn({"restart_prior": "space"}) < 0.9)
+    toy = toy_config(search=search)
+    assert toy.build_strategy().prior(toy.space) == toy.space
+    near = toy_config(search=search, env="toy-deceptive")
+    assert near.build_strategy().prior(near.space).params["h"] == Continuous(0.9, 1.1)
+    own = resolve([{"run": {"env": "toy-deceptive", "search": search}, "member": {"init": "space"}}])
+    assert own.build_strategy().prior(own.space) == own.space

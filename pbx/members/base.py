@@ -117,6 +117,17 @@ class Member(ABC):
         return dict(config), []
 
     @classmethod
+    def prior(cls, settings: MemberSettings, space: Space) -> Space:
+        """What a new population's configs are drawn from: ``space``, unless the task draws its first population
+        from a distribution of its own (PBT-Zoo's ``init_sample``: the toys' lr in [0.9, 1.1]).
+
+        BG-PBT's and IPBT's restarts draw their configs "from the prior" through it, as the references' restarts
+        draw through the task's initial sample (``search_space.sample(task, True)``); the GP's searches still
+        work on ``space``.
+        """
+        return space
+
+    @classmethod
     def resume_note(cls, env: str) -> str:
         """What a resume on ``env`` cannot restore exactly, for the run's start line ("": it restores everything)."""
         return ""

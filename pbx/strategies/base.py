@@ -109,6 +109,9 @@ class RunContext:
     rules: Rules | None = None
     """What fixes the run's rounds (:class:`pbx.plan.Rules`), which with the history's restart marks give the
     plan: how much of the budget is left (IPBT restarts only while a restart round fits)."""
+    prior: Space | None = None
+    """What a restart draws configs "from the prior" from (:meth:`pbx.members.Member.prior`: the task's own first
+    draw where it has one); None: the search space."""
 
     def role(self, member: int) -> str:
         return self.roles[member] if self.roles else RESULT_ROLE

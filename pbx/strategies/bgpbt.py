@@ -29,7 +29,6 @@ import numpy as np
 
 from pbx.history import History
 from pbx.settings import check_choices
-from pbx.standings import rank_best_first
 from pbx.space import Space
 from pbx.strategies.base import Decision
 from pbx.strategies.generations import GenerationalSettings, generation_start
@@ -96,12 +95,10 @@ class BGPBT(RestartBO):
 
     def restart(self, history: History, space: Space, kept: dict[int, int],
                 rng: np.random.Generator) -> list[Decision]:
-        latest = history.latest().set_index("member").loc[list(kept.values())].reset_index()
         if self.settings.restart_search == "global":
             configs, op = self.global_configs(history, space, len(kept), rng), "hps by the global restart's GP"
         else:
-            best = history.config_of(latest.iloc[rank_best_first(latest["score"].to_numpy(float))[0]])
-            configs, op = self.across_generations(history, space, len(kept), best, [], rng), \
+            configs, op = self.across_generations(history, space, len(kept), self.latest_centre(history), [], rng), \
                 "hps by the GP across generations"
         return [Decision(member, source, config, ("restart", op), explored=True, restart=True)
                 for (member, source), config in zip(kept.items(), configs)]

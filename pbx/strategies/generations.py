@@ -58,6 +58,8 @@ EXPLOIT_RULES = ("reference", "selection")
 """The values of :attr:`GenerationalSettings.exploit_rule`."""
 FIRST_EXPLORES = ("gp", "perturb")
 """The values of :attr:`GenerationalSettings.first_explore`."""
+RESTART_PRIORS = ("initial", "space")
+"""The values of :attr:`GenerationalSettings.restart_prior`."""
 
 
 @dataclass
@@ -111,11 +113,17 @@ class GenerationalSettings(PB2Settings):
     start after its first round, so its first explore perturbs as PBT does (x0.8 / x1.2). A member that cannot
     score its state (:meth:`pbx.members.Member.score_state` NaN) leaves ``gp`` with no data, and PBT's
     perturbation."""
+    restart_prior: str = "initial"
+    """What a restart's configs "from the prior" are drawn from (BG-PBT's global restart ranks such draws, IPBT
+    takes ``random_configs`` of them): ``initial``, the references', the task's own first draw where it has one
+    (:meth:`pbx.members.Member.prior`: ``search_space.sample(task, True)``, the toys' lr in [0.9, 1.1]), else the
+    search space; or ``space``, pbx's earlier, always the search space. The two differ only for a member with a
+    first draw of its own (no SB3 agent has one)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choices(self, tr_search=TR_SEARCHES, tr_collapse=TR_COLLAPSES, exploit_rule=EXPLOIT_RULES,
-                      first_explore=FIRST_EXPLORES)
+                      first_explore=FIRST_EXPLORES, restart_prior=RESTART_PRIORS)
         if not 0 < self.tr_min <= self.tr_init <= self.tr_max <= 1:
             raise UsageError(f"the trust region needs 0 < tr_min <= tr_init <= tr_max <= 1, got {self.tr_min}, "
                              f"{self.tr_init}, {self.tr_max}")

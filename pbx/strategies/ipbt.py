@@ -15,7 +15,9 @@ population for stagnation; when it stagnates, IPBT restarts with a step
   goes on from member ``i`` when that member is in the top quantile, every other one from a random
   member of it (the reference's ``_restart``); half of them get random hyperparameters and
   half hyperparameters picked by a GP across the finished generations
-  (:meth:`~pbx.strategies.restart_bo.RestartBO.across_generations`); half of
+  (:meth:`~pbx.strategies.restart_bo.RestartBO.across_generations`) around the config the ending generation's
+  best lineage started with; the random ones come from the task's own first draw where it has one
+  (:meth:`pbx.members.Member.prior`), as the reference's ``sample(task, True)``; half of
   them (drawn apart) get freshly initialised weights and the others
   ``shrink * w + perturb * w0`` (Ash & Adams 2020; 0.2, 0.1), ``w0`` a fresh
   initialisation; the optimizer's state stays, as the reference's. The candidates train the restart round at the new length and
@@ -50,6 +52,8 @@ from pbx.strategies.stagnation import SMOOTHERS, stagnated
 
 OPTIMIZER_STATES = ("keep", "clear")
 """The values of :attr:`IPBTSettings.optimizer_state`."""
+RESTART_CENTRES = ("lineage", "latest")
+"""The values of :attr:`IPBTSettings.restart_centre`."""
 
 
 @dataclass
@@ -83,6 +87,11 @@ class IPBTSettings(GenerationalSettings):
     """What a restart does to the candidates' optimizer state (Adam's moments): ``keep``, the reference's (it
     shrinks or re-initialises only the checkpoint's ``model_state_dict``), or ``clear``, pbx's earlier restart,
     which starts it afresh as a new learner's."""
+    restart_centre: str = "lineage"
+    """Where a restart's GP picks are centred and asked: ``lineage``, the reference's (``hps_best``), the config
+    the ending generation's best lineage started with, asked at that start's score
+    (:meth:`~pbx.strategies.restart_bo.RestartBO.lineage_centre`); or ``latest``, pbx's earlier, the latest
+    round's best member's config and score."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -90,7 +99,8 @@ class IPBTSettings(GenerationalSettings):
             raise UsageError(f"step_factor must be >= 1, got {self.step_factor}")
         if not isinstance(self.slow_rounds, int) or self.slow_rounds < 2:
             raise UsageError(f"slow_rounds must be an integer >= 2, got {self.slow_rounds!r}")
-        check_choices(self, last_rounds=("halves", "cut"), smoother=SMOOTHERS, optimizer_state=OPTIMIZER_STATES)
+        check_choices(self, last_rounds=("halves", "cut"), smoother=SMOOTHERS, optimizer_state=OPTIMIZER_STATES,
+                      restart_centre=RESTART_CENTRES)
         for name in ("random_configs", "random_weights"):
             if not 0 <= getattr(self, name) <= 1:
                 raise UsageError(f"{name} must be in [0, 1], got {getattr(self, name)}")
@@ -156,9 +166,10 @@ class IPBT(RestartBO):
         donors = [sources[i] if i < len(sources) and sources[i] in top else top[int(rng.integers(len(top)))]
                   for i in range(count)]
         random = round(s.random_configs * count)
-        configs = [space.sample(rng) for _ in range(random)]
-        best = history.config_of(latest.iloc[order[0]])
-        configs += self.across_generations(history, space, count - random, best, configs, rng)
+        prior = self.prior(space)
+        configs = [prior.sample(rng) for _ in range(random)]
+        centre = self.lineage_centre(history) if s.restart_centre == "lineage" else self.latest_centre(history)
+        configs += self.across_generations(history, space, count - random, centre, configs, rng)
         fresh = set(rng.choice(count, size=round(s.random_weights * count), replace=False).tolist())
         decisions = []
         for i, (donor, config) in enumerate(zip(donors, configs)):

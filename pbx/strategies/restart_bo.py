@@ -50,7 +50,7 @@ def generation_of(frame: pd.DataFrame) -> pd.Series:
 class RestartBO(Generational):
     """A generational strategy whose restarts pick their configs by BO across the finished generations."""
 
-    def across_generations(self, history: History, space: Space, count: int, centre: Config,
+    def across_generations(self, history: History, space: Space, count: int, centre: tuple[Config, float],
                            taken: list[Config], rng: np.random.Generator) -> list[Config]:
         """``count`` configs for a new generation, picked one at a time by UCB on a GP across the generations.
 
@@ -58,19 +58,19 @@ class RestartBO(Generational):
         meta data, :meth:`meta_points`):
         its config, the score it had then, and the rate at which its best descendant (through the
         history's parents) rose above that score over the generation. The GP, with pbx's time-varying
-        kernel over ``(t, R, continuous)``, is asked at the latest round's time and ``centre``'s score,
-        in the trust region of side ``tr_init`` around ``centre``'s values, the picks so far (``taken``
+        kernel over ``(t, R, continuous)``, is asked at the latest round's time and ``centre``'s score
+        (``centre``: a config and the score it is asked at, :meth:`lineage_centre` or :meth:`latest_centre`),
+        in the trust region of side ``tr_init`` around the config's values, the picks so far (``taken``
         and each earlier one) pending. With fewer than 3 observations, or a failed fit, the configs are
-        drawn from the prior. Categorical values are ``centre``'s, explored as PBT does.
+        drawn from the search space. Categorical values are the centre's, explored as PBT does.
         """
         points = self.meta_points(history, space)
-        latest = history.latest()
-        centre_row = latest.iloc[rank_best_first(latest["score"].to_numpy(float))[0]]
-        query = (float(centre_row["steps"]), float(centre_row["score"]))
+        query = (float(history.latest()["steps"].max()), centre[1])
+        centre_config = centre[0]
         picks: list[Config] = []
         fitted = self._fit_across(points, query) if space.continuous else None
         for _ in range(count):
-            new, _ = perturb(centre, space, rng, 0.0, names=space.categorical)
+            new, _ = perturb(centre_config, space, rng, 0.0, names=space.categorical)
             if fitted is None:
                 new |= {name: space.params[name].sample(rng) for name in space.continuous}
             else:
@@ -78,7 +78,7 @@ class RestartBO(Generational):
                 pending = np.array([[*scaled, *space.to_unit(c)] for c in [*taken, *picks]])
                 acquisition = Acquisition(posterior, scaled, pending.reshape(len(pending), 2 + len(space.continuous)),
                                           self.settings.ucb_kappa)
-                unit = space.to_unit(centre)
+                unit = space.to_unit(centre_config)
                 half = self.settings.tr_init / 2
                 box = (np.clip(unit - half, 0.0, 1.0), np.clip(unit + half, 0.0, 1.0))
                 try:
@@ -95,11 +95,12 @@ class RestartBO(Generational):
         """``count`` configs for a new generation by the reference's global restart (``AwesomeLemon/IPBT``
         ``algo/bgpbt.py`` ``reinit_population_global``, after ``xingchenwan/bgpbt``'s
         ``_generate_initializing_points_ucb``): :data:`GLOBAL_DRAWS` x the first population's size random configs
-        from the prior, the best ``count`` by UCB (:data:`GLOBAL_BETA`) on an auxiliary GP (:meth:`auxiliary`),
+        from the prior (:meth:`prior`), the best ``count`` by UCB (:data:`GLOBAL_BETA`) on an auxiliary GP (:meth:`auxiliary`),
         best first. Its one point per finished generation makes the configs far from them score highest while
         they are few: the restart leaves the old bests. With no auxiliary GP the first ``count`` draws are taken.
         Categorical values are the draws' own (the auxiliary GP reads the continuous ones)."""
-        draws = [space.sample(rng) for _ in range(GLOBAL_DRAWS * self.initial_size(self.settings, self.pop_size))]
+        prior = self.prior(space)
+        draws = [prior.sample(rng) for _ in range(GLOBAL_DRAWS * self.initial_size(self.settings, self.pop_size))]
         aux = self.auxiliary(history, space) if space.continuous else None
         if aux is None:
             return draws[:count]
@@ -165,12 +166,21 @@ class RestartBO(Generational):
             logger.warning("%s: the global restart's GPs failed (%s); drawing from the prior", self.name, err)
             return None
 
-    def meta_points(self, history: History, space: Space) -> list[tuple[float, float, np.ndarray, float]]:
-        """The GP across generations' observations, ``(t, R, unit config, rate)``: each member of each generation's
-        first round that the cut kept (:meth:`across_generations`)."""
+    def prior(self, space: Space) -> Space:
+        """What a restart draws configs "from the prior" from (:attr:`GenerationalSettings.restart_prior`): the
+        task's own first draw (:attr:`~pbx.strategies.base.RunContext.prior`), or ``space``."""
+        if self.settings.restart_prior == "space" or self.context is None or self.context.prior is None:
+            return space
+        return self.context.prior
+
+    def lineages(self, history: History) -> list[tuple[pd.DataFrame, dict[int, float], float]]:
+        """Each generation's start as the GP across generations reads it, oldest first: the first round's rows of
+        the members the cut kept (the reference's meta data holds the cut's survivors only), the best score
+        each one's descendants (through the history's parents) reached over the generation, its own included,
+        and the env steps the generation spans."""
         frame = history.frame
         generations = generation_of(frame)
-        points = []  # (t, R, unit config, rate)
+        out = []
         for g in sorted(set(generations)):
             rows = frame[generations == g]
             first = int(rows["round"].min())
@@ -184,14 +194,42 @@ class RestartBO(Generational):
                     if int(m) in source and np.isfinite(score):
                         best[source[int(m)]] = max(best[source[int(m)]], float(score))
             start = rows[rows["round"] == first]
-            kept = set(self.cut(start).values())  # the reference's meta data holds the cut's survivors only
-            span = float(rows["steps"].max() - start["steps"].min())
-            for _, row in start[start["member"].isin(kept)].iterrows():
-                before, peak = float(row["score"]), best[int(row["member"])]
+            start = start[start["member"].isin(set(self.cut(start).values()))]
+            out.append((start, {int(m): best[int(m)] for m in start["member"]},
+                        float(rows["steps"].max() - rows.loc[rows["round"] == first, "steps"].min())))
+        return out
+
+    def meta_points(self, history: History, space: Space) -> list[tuple[float, float, np.ndarray, float]]:
+        """The GP across generations' observations, ``(t, R, unit config, rate)``: each member of each generation's
+        first round that the cut kept (:meth:`across_generations`, :meth:`lineages`)."""
+        points = []  # (t, R, unit config, rate)
+        for start, peaks, span in self.lineages(history):
+            for _, row in start.iterrows():
+                before, peak = float(row["score"]), peaks[int(row["member"])]
                 if span > 0 and np.isfinite(before) and np.isfinite(peak):
                     points.append((float(row["steps"]), before, space.to_unit(history.config_of(row)),
                                    (peak - before) / span))
         return points
+
+    def lineage_centre(self, history: History) -> tuple[Config, float]:
+        """IPBT's centre for a restart's GP picks (``AwesomeLemon/IPBT`` ``algo/ipbt.py``, ``hps_best``): the config
+        the generation that ends now started its best lineage with (the kept member of its first round whose
+        descendants reached the highest score; ties to the lowest member id, as the reference's first trial),
+        and that member's score then, the point the reference asks its meta GP at."""
+        start, peaks, _ = self.lineages(history)[-1]
+        start = start.sort_values("member")
+        values = np.array([peaks[int(m)] for m in start["member"]])
+        if not np.isfinite(values).any():
+            return self.latest_centre(history)
+        row = start.iloc[int(np.argmax(np.where(np.isfinite(values), values, -np.inf)))]
+        return history.config_of(row), float(row["score"])
+
+    @staticmethod
+    def latest_centre(history: History) -> tuple[Config, float]:
+        """The latest round's best member's config and score (pbx's earlier centre for a restart's GP picks)."""
+        latest = history.latest()
+        row = latest.iloc[rank_best_first(latest["score"].to_numpy(float))[0]]
+        return history.config_of(row), float(row["score"])
 
     def _fit_across(self, points: list[tuple[float, float, np.ndarray, float]],
                     query: tuple[float, float]) -> tuple[Posterior, tuple[float, float]] | None:

@@ -91,6 +91,8 @@ ARMS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "local-restart": (("BGPBT",), {"restart_search": "local"}),
     "tr-stay": (("BGPBT",), {"tr_collapse": "stay"}),
     "cut": (("BGPBT", "IPBT"), {"last_rounds": "cut"}),
+    "space-prior": (("BGPBT", "IPBT"), {"restart_prior": "space"}),
+    "latest-centre": (("IPBT",), {"restart_centre": "latest"}),
 }
 """An ablation arm: the algorithms it applies to and the one setting that switches a kept departure on (pbx's
 choice where it departs from the authors' code, docs/algorithms.md). ``optimizer_state: clear`` is not an arm: the

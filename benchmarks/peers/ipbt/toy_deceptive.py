@@ -100,6 +100,11 @@ class ToyDeceptiveMember(Member):
         if space.names != ["lr"] or space.continuous != ["lr"]:
             raise UsageError(f"ToyDeceptive's search space must hold one continuous lr, got {space.names}")
 
+    @classmethod
+    def prior(cls, settings: ToyDeceptiveSettings, space: Space) -> Space:  # type: ignore[override]
+        # a restart's configs "from the prior" are the first population's draw, as the reference's init_sample
+        return space if settings.init == "space" else space.with_uniform("lr", *INIT_RANGE)
+
     def __init__(self, context: MemberContext, settings: ToyDeceptiveSettings, config: Config) -> None:
         super().__init__(context, settings, config)
         self.theta = THETA0

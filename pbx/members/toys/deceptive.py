@@ -80,6 +80,11 @@ class DeceptiveToyMember(Member):
         if space.names != ["h"] or space.continuous != ["h"]:
             raise UsageError(f"the deceptive toy's search space must hold one continuous h, got {space.names}")
 
+    @classmethod
+    def prior(cls, settings: DeceptiveToySettings, space: Space) -> Space:  # type: ignore[override]
+        # a restart's configs "from the prior" are the first population's draw, as the reference's init_sample
+        return space if settings.init == "space" else space.with_uniform("h", *INIT_RANGE)
+
     def __init__(self, context: MemberContext, settings: DeceptiveToySettings, config: Config) -> None:
         super().__init__(context, settings, config)
         self.theta = THETA0
