@@ -25,7 +25,7 @@ loan needs to continue the same runs:
 The phases get fixed shares of the limit (bench 25%, arrangements 35%, the rest training, less
 what delivering needs), so a slow phase cannot eat the runs' time; a phase past its share is
 stopped and says so. ``--setting tiny`` shrinks everything (2 envs x 16 steps, rounds of one rollout)
-for a CPU: ``tests/test_gpu_campaign.py`` runs it with a one-minute limit and resumes from its own
+for a CPU: ``tests/test_gpu_campaign.py`` runs it with a 40-second limit and resumes from its own
 archive.
 
     python benchmarks/gpu_campaign.py --limit 540 --deliver $OUT
@@ -74,7 +74,7 @@ TINY = ("--t_ready", "32", "--max_budget", "320000", "-m", "n_envs=2", "n_steps=
 
 SHARES = {"bench": 0.25, "arrangements": 0.35}
 """The phases' shares of ``--limit``; training gets what they leave, less :data:`DELIVER_S`."""
-DELIVER_S = {"paper": 60.0, "tiny": 20.0}
+DELIVER_S = {"paper": 60.0, "tiny": 12.0}
 """Seconds kept for stopping the runs and writing what the campaign delivers."""
 
 

@@ -1,4 +1,4 @@
-"""``benchmarks/gpu_campaign.py``: its ``--help``; its tiny CPU run with a one-minute limit, and a second run that
+"""``benchmarks/gpu_campaign.py``: its ``--help``; its tiny CPU run with a 40-second limit, and a second run that
 continues the same runs from the first's archive; the archive's compact checkpoints load into a member and train."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def test_help_lists_the_options() -> None:
 
 
 def test_a_tiny_campaign_trains_delivers_and_the_next_one_continues_its_runs(tmp_path: Path) -> None:
-    first = run("--limit", "60", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
+    first = run("--limit", "40", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
                 "--arms", "bigfish_none", "--work", str(tmp_path / "a"), "--deliver", str(tmp_path / "out1"))
     assert first.returncode == 0, first.stdout + first.stderr
     out1 = tmp_path / "out1"
@@ -64,8 +64,8 @@ def test_a_tiny_campaign_trains_delivers_and_the_next_one_continues_its_runs(tmp
     assert (kept / "runs" / "bigfish_none" / "history.csv").is_file() and len(list(kept.glob("summary-*.md"))) == 1
 
     # a fresh work folder, as on the next machine: only the archive travels. Its limit is longer: unpacking the
-    # archive and restoring the envs come out of it (under a loaded suite, 60 s once left no time for a round)
-    second = run("--limit", "90", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
+    # archive and restoring the envs come out of it (under a loaded suite, a limit as short as the first once left no time for a round)
+    second = run("--limit", "60", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
                  "--arms", "bigfish_none", "--work", str(tmp_path / "b"), "--deliver", str(tmp_path / "out2"),
                  "--resume-from", str(kept / "archive"))
     assert second.returncode == 0, second.stdout + second.stderr
