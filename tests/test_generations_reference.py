@@ -400,3 +400,24 @@ def test_a_restart_draws_from_the_tasks_first_draw_as_the_references_and_the_spa
     assert near.build_strategy().prior(near.space).params["h"] == Continuous(0.9, 1.1)
     own = resolve([{"run": {"env": "toy-deceptive", "search": search}, "member": {"init": "space"}}])
     assert own.build_strategy().prior(own.space) == own.space
+
+
+def test_a_lineage_starts_where_the_reference_starts_it_before_the_generations_first_round() -> None:
+    """The reference's meta data (``algo/ipbt.py``): a generation-start trial's row holds the score its state had
+    before the first round trained (``fitness_before``, pbx's ``start_score``) at the generation's start time, and
+    its rate runs from there to its lineage's peak. ``lineage_start: after`` is pbx's earlier point, the first
+    round's end and score; a start without a score before the round (a member that cannot score its state) uses
+    them too."""
+    frame = _lineage_history().frame.assign(start_score=np.nan)
+    frame.loc[frame["round"] == 0, "start_score"] = 0.39
+    history = History(["h0", "h1"], frame)
+    cfg = toy_config(search="IPBT", pop_size=4, max_budget=10_000)
+    points = cfg.build_strategy().meta_points(history, cfg.space)
+    assert [p[:2] for p in points] == [(0.0, 0.39)] * 4
+    assert [p[3] for p in points] == pytest.approx([(4.0 + m + 3 * g - 0.39) / 40 for m, g in
+                                                    zip(range(4), [3.0, 1.0, 0.5, 0.2])])
+    assert cfg.build_strategy().lineage_centre(history) == ({"h0": 0.1 + 0.05 * 4, "h1": 0.5}, 0.39)
+    after = toy_config({"lineage_start": "after"}, search="IPBT", pop_size=4, max_budget=10_000)
+    points = after.build_strategy().meta_points(history, cfg.space)
+    assert [p[:2] for p in points] == [(10.0, 4.0 + m) for m in range(4)]
+    assert [p[3] for p in points] == pytest.approx([3 * g / 30 for g in [3.0, 1.0, 0.5, 0.2]])

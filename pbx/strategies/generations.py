@@ -60,6 +60,8 @@ FIRST_EXPLORES = ("gp", "perturb")
 """The values of :attr:`GenerationalSettings.first_explore`."""
 RESTART_PRIORS = ("initial", "space")
 """The values of :attr:`GenerationalSettings.restart_prior`."""
+LINEAGE_STARTS = ("before", "after")
+"""The values of :attr:`GenerationalSettings.lineage_start`."""
 
 
 @dataclass
@@ -119,11 +121,18 @@ class GenerationalSettings(PB2Settings):
     (:meth:`pbx.members.Member.prior`: ``search_space.sample(task, True)``, the toys' lr in [0.9, 1.1]), else the
     search space; or ``space``, pbx's earlier, always the search space. The two differ only for a member with a
     first draw of its own (no SB3 agent has one)."""
+    lineage_start: str = "before"
+    """Where each point of the GP across generations (a restart's picks by the lineages of the generations
+    before, :class:`~pbx.strategies.restart_bo.Lineage`) starts: ``before``, the reference's, at the generation's
+    start and the score its state had before the first round trained (the history's ``start_score``, taken with
+    ``first_explore: gp`` by a member that can score its state; the round's end and score where there is none);
+    or ``after``, pbx's earlier, at the first round's end and score."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choices(self, tr_search=TR_SEARCHES, tr_collapse=TR_COLLAPSES, exploit_rule=EXPLOIT_RULES,
-                      first_explore=FIRST_EXPLORES, restart_prior=RESTART_PRIORS)
+                      first_explore=FIRST_EXPLORES, restart_prior=RESTART_PRIORS,
+                      lineage_start=LINEAGE_STARTS)
         if not 0 < self.tr_min <= self.tr_init <= self.tr_max <= 1:
             raise UsageError(f"the trust region needs 0 < tr_min <= tr_init <= tr_max <= 1, got {self.tr_min}, "
                              f"{self.tr_init}, {self.tr_max}")

@@ -19,6 +19,7 @@ The round within a generation (the cut, exploit, trust-region explore) is
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -39,6 +40,26 @@ GLOBAL_DRAWS = 10
 """Random configs a global restart ranks, per member of the first population (the reference's ``10 * n_init``)."""
 GLOBAL_BETA = 1.96
 """The global restart's UCB weight on the auxiliary GP (the reference's LCB at 1.96)."""
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """A member of a generation's first round that the cut kept, as the GP across generations reads it: one
+    observation, the rate at which the best of it and its descendants rose from ``before`` over ``end - t``."""
+
+    row: pd.Series
+    """Its first-round row (member id, config)."""
+    t: float
+    """Where its interval starts, in env steps: the generation's start with ``lineage_start: before`` (the
+    reference's time), else the first round's end."""
+    before: float
+    """The score it starts from: the state's score before the first round trained (the history's
+    ``start_score``, the reference's ``fitness_before``) with ``lineage_start: before``, else the round's score."""
+    peak: float
+    """The best score it or a descendant (through the history's parents) reached in the generation, ``before``
+    included."""
+    end: float
+    """The generation's last round's end, in env steps."""
 
 
 def generation_of(frame: pd.DataFrame) -> pd.Series:
@@ -95,8 +116,8 @@ class RestartBO(Generational):
         """``count`` configs for a new generation by the reference's global restart (``AwesomeLemon/IPBT``
         ``algo/bgpbt.py`` ``reinit_population_global``, after ``xingchenwan/bgpbt``'s
         ``_generate_initializing_points_ucb``): :data:`GLOBAL_DRAWS` x the first population's size random configs
-        from the prior (:meth:`prior`), the best ``count`` by UCB (:data:`GLOBAL_BETA`) on an auxiliary GP (:meth:`auxiliary`),
-        best first. Its one point per finished generation makes the configs far from them score highest while
+        from the prior (:meth:`prior`), the best ``count`` by UCB (:data:`GLOBAL_BETA`) on an auxiliary GP
+        (:meth:`auxiliary`), best first. Its one point per finished generation makes the configs far from them score highest while
         they are few: the restart leaves the old bests. With no auxiliary GP the first ``count`` draws are taken.
         Categorical values are the draws' own (the auxiliary GP reads the continuous ones)."""
         prior = self.prior(space)
@@ -173,13 +194,13 @@ class RestartBO(Generational):
             return space
         return self.context.prior
 
-    def lineages(self, history: History) -> list[tuple[pd.DataFrame, dict[int, float], float]]:
-        """Each generation's start as the GP across generations reads it, oldest first: the first round's rows of
-        the members the cut kept (the reference's meta data holds the cut's survivors only), the best score
-        each one's descendants (through the history's parents) reached over the generation, its own included,
-        and the env steps the generation spans."""
+    def lineages(self, history: History) -> list[list[Lineage]]:
+        """Each generation's start as the GP across generations reads it, oldest first: a :class:`Lineage` for
+        each member of the generation's first round that the cut kept (the reference's meta data holds the cut's
+        survivors only), in member order."""
         frame = history.frame
         generations = generation_of(frame)
+        before_round = self.settings.lineage_start == "before"
         out = []
         for g in sorted(set(generations)):
             rows = frame[generations == g]
@@ -194,35 +215,37 @@ class RestartBO(Generational):
                     if int(m) in source and np.isfinite(score):
                         best[source[int(m)]] = max(best[source[int(m)]], float(score))
             start = rows[rows["round"] == first]
-            start = start[start["member"].isin(set(self.cut(start).values()))]
-            out.append((start, {int(m): best[int(m)] for m in start["member"]},
-                        float(rows["steps"].max() - rows.loc[rows["round"] == first, "steps"].min())))
+            start = start[start["member"].isin(set(self.cut(start).values()))].sort_values("member")
+            began = float(frame.loc[frame["round"] == first - 1, "steps"].max()) if first > 0 else 0.0
+            end = float(rows["steps"].max())
+            lineages = []
+            for _, row in start.iterrows():
+                scored = before_round and np.isfinite(row["start_score"])
+                before = float(row["start_score"]) if scored else float(row["score"])
+                peak = max(best[int(row["member"])], before) if np.isfinite(before) else best[int(row["member"])]
+                lineages.append(Lineage(row, began if scored else float(row["steps"]), before, peak, end))
+            out.append(lineages)
         return out
 
     def meta_points(self, history: History, space: Space) -> list[tuple[float, float, np.ndarray, float]]:
         """The GP across generations' observations, ``(t, R, unit config, rate)``: each member of each generation's
         first round that the cut kept (:meth:`across_generations`, :meth:`lineages`)."""
-        points = []  # (t, R, unit config, rate)
-        for start, peaks, span in self.lineages(history):
-            for _, row in start.iterrows():
-                before, peak = float(row["score"]), peaks[int(row["member"])]
-                if span > 0 and np.isfinite(before) and np.isfinite(peak):
-                    points.append((float(row["steps"]), before, space.to_unit(history.config_of(row)),
-                                   (peak - before) / span))
-        return points
+        return [(lin.t, lin.before, space.to_unit(history.config_of(lin.row)),
+                 (lin.peak - lin.before) / (lin.end - lin.t))
+                for generation in self.lineages(history) for lin in generation
+                if lin.end > lin.t and np.isfinite(lin.before) and np.isfinite(lin.peak)]
 
     def lineage_centre(self, history: History) -> tuple[Config, float]:
         """IPBT's centre for a restart's GP picks (``AwesomeLemon/IPBT`` ``algo/ipbt.py``, ``hps_best``): the config
         the generation that ends now started its best lineage with (the kept member of its first round whose
         descendants reached the highest score; ties to the lowest member id, as the reference's first trial),
-        and that member's score then, the point the reference asks its meta GP at."""
-        start, peaks, _ = self.lineages(history)[-1]
-        start = start.sort_values("member")
-        values = np.array([peaks[int(m)] for m in start["member"]])
-        if not np.isfinite(values).any():
+        and the score that lineage started from (:class:`Lineage`), where the reference asks its meta GP."""
+        generation = self.lineages(history)[-1]
+        peaks = np.array([lin.peak for lin in generation])
+        if not np.isfinite(peaks).any():
             return self.latest_centre(history)
-        row = start.iloc[int(np.argmax(np.where(np.isfinite(values), values, -np.inf)))]
-        return history.config_of(row), float(row["score"])
+        best = generation[int(np.argmax(np.where(np.isfinite(peaks), peaks, -np.inf)))]
+        return history.config_of(best.row), best.before
 
     @staticmethod
     def latest_centre(history: History) -> tuple[Config, float]:

@@ -93,6 +93,7 @@ ARMS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "cut": (("BGPBT", "IPBT"), {"last_rounds": "cut"}),
     "space-prior": (("BGPBT", "IPBT"), {"restart_prior": "space"}),
     "latest-centre": (("IPBT",), {"restart_centre": "latest"}),
+    "lineage-after": (("IPBT",), {"lineage_start": "after"}),
 }
 """An ablation arm: the algorithms it applies to and the one setting that switches a kept departure on (pbx's
 choice where it departs from the authors' code, docs/algorithms.md). ``optimizer_state: clear`` is not an arm: the
