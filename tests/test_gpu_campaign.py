@@ -64,7 +64,8 @@ def test_a_tiny_campaign_trains_delivers_and_the_next_one_continues_its_runs(tmp
     assert (kept / "runs" / "bigfish_none" / "history.csv").is_file() and len(list(kept.glob("summary-*.md"))) == 1
 
     # a fresh work folder, as on the next machine: only the archive travels. Its limit is longer: unpacking the
-    # archive and restoring the envs come out of it (under a loaded suite, a limit as short as the first once left no time for a round)
+    # archive and restoring the envs come out of it (under a loaded suite, a limit as short as the first once left no
+    # time for a round)
     second = run("--limit", "60", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
                  "--arms", "bigfish_none", "--work", str(tmp_path / "b"), "--deliver", str(tmp_path / "out2"),
                  "--resume-from", str(kept / "archive"))

@@ -86,8 +86,8 @@ class RestartBO(Generational):
         drawn from the search space. Categorical values are the centre's, explored as PBT does.
         """
         points = self.meta_points(history, space)
-        query = (float(history.latest()["steps"].max()), centre[1])
-        centre_config = centre[0]
+        centre_config, centre_score = centre
+        query = (float(history.latest()["steps"].max()), centre_score)
         picks: list[Config] = []
         fitted = self._fit_across(points, query) if space.continuous else None
         for _ in range(count):
@@ -117,8 +117,8 @@ class RestartBO(Generational):
         ``algo/bgpbt.py`` ``reinit_population_global``, after ``xingchenwan/bgpbt``'s
         ``_generate_initializing_points_ucb``): :data:`GLOBAL_DRAWS` x the first population's size random configs
         from the prior (:meth:`prior`), the best ``count`` by UCB (:data:`GLOBAL_BETA`) on an auxiliary GP
-        (:meth:`auxiliary`), best first. Its one point per finished generation makes the configs far from them score highest while
-        they are few: the restart leaves the old bests. With no auxiliary GP the first ``count`` draws are taken.
+        (:meth:`auxiliary`), best first. Its one point per finished generation makes the configs far from them
+        score highest while they are few: the restart leaves the old bests. With no auxiliary GP the first ``count`` draws are taken.
         Categorical values are the draws' own (the auxiliary GP reads the continuous ones)."""
         prior = self.prior(space)
         draws = [prior.sample(rng) for _ in range(GLOBAL_DRAWS * self.initial_size(self.settings, self.pop_size))]

@@ -194,12 +194,13 @@ def ablation_table(runs: Runs, toy: str, answer: str) -> str:
                 continue
             x = values(runs, toy, arm, algo, answer, seeds)
             diff, low, high = paired_difference(x, values(runs, toy, "pbx", algo, answer, seeds), 0.95)
-            inside = ("too few seeds" if len(seeds) < ABLATION_MIN_SEEDS else "inside" if -MARGIN < low and high < MARGIN else
-                      "outside" if low > MARGIN or high < -MARGIN else "not told apart")
+            inside = ("too few seeds" if len(seeds) < ABLATION_MIN_SEEDS
+                      else "inside" if -MARGIN < low and high < MARGIN
+                      else "outside" if low > MARGIN or high < -MARGIN else "not told apart")
             rows.append([algo, arm.removeprefix("pbx-"), str(len(x)), f"{x.mean():.3f}",
                          f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]", inside])
-    return markdown_table(["algorithm", "arm", "runs", "log(1.2 − score), mean", "arm − default, same seeds [95% CI]",
-                           f"against ±{MARGIN}"], rows)
+    return markdown_table(["algorithm", "arm", "runs", "log(1.2 − score), mean",
+                           "arm − default, same seeds [95% CI]", f"against ±{MARGIN}"], rows)
 
 
 def time_table(runs: Runs, toy: str) -> str:
