@@ -275,6 +275,7 @@ def _build(raw: Mapping[str, dict[str, Any]], choice: _Choice,
     strat_cls.roles(strategy, run.pop_size)
     _refuse_searched(member_input, member_cls.settings_cls, choice.space, choice.space_source)
     member_cls.validate(choice.space, member, run.device)
+    member_cls.validate_env(env, member)
     strat_cls.validate(strategy, choice.space)
     return RunConfig(run, strategy, member, choice.space, choice.space_source, member_cls, strat_cls,
                      run_record(run.env))

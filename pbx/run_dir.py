@@ -58,6 +58,11 @@ class RunDir:
         return self.path / "strategy.csv"
 
     @property
+    def partial(self) -> Path:
+        """The round in progress when the run stopped inside it (:mod:`pbx.runners.partial`)."""
+        return self.path / "partial.json"
+
+    @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
 
@@ -73,26 +78,44 @@ class RunDir:
     def report(self) -> Path:
         return self.path / "report"
 
+    def written(self) -> tuple[Path, ...]:
+        """Every file and folder a run writes at its top level (``report/`` is the report's): a new run refuses
+        a folder that holds any of them, so that whatever :meth:`discard` removes is the run's own."""
+        return (self.config, self.history, self.curves, self.strategy, self.partial, self.checkpoints, self.kept,
+                self.tb, self.path / ".lock")
+
     def create(self) -> bool:
-        """Make the folder for a new run; whether it was made (False: it existed, holding no run)."""
+        """Make the folder for a new run; whether it was made (False: it existed, holding none of a run's files).
+
+        A folder that holds a run is refused (continue it with ``--resume``), and so is one that holds any
+        other file a run writes (:meth:`written`: a user's own ``checkpoints/`` or ``history.csv``), before
+        anything is written: a run never mixes its files with ones it did not write, so it can remove its own
+        (:meth:`discard`) without touching the user's.
+        """
+        if self.path.exists() and not self.path.is_dir():
+            raise UsageError(f"--run-dir {self.path} is a file, not a folder: pick a folder for the run")
         if self.config.exists():
             with self.lock():  # names the process if one is training into the folder right now
                 pass
             raise UsageError(f"{self.path} already holds a run; continue it with --resume {self.path} "
                              "or pick another folder with --run-dir")
+        taken = [p.name for p in self.written() if p.exists() or p.is_symlink()]
+        if taken:
+            raise UsageError(f"{self.path} holds {', '.join(taken)}, which a new run would write, and no run "
+                             f"(config.yaml): pick a new or empty folder with --run-dir")
         made = not self.path.exists()
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
-        self.tb.mkdir(exist_ok=True)
+        self.checkpoints.mkdir(parents=True)
+        self.tb.mkdir()
         return made
 
     def discard(self, made: bool) -> None:
         """Remove what a new run wrote before a refusal ended it with no round in its history, so the name is
-        free again: a member checks some settings against its env only as it is built (normalize_obs on a
-        ProcGen game), after the folder is written. ``made``: whether the run made the folder (:meth:`create`),
-        which then goes too; files of its own that were there before stay."""
+        free again: a member checks some settings against its env only as it is built, after the folder is
+        written. ``made``: whether the run made the folder (:meth:`create`), which then goes too if empty. Only
+        the run's own files go: :meth:`create` refused a folder holding any of them before."""
         if self.history.is_file() and len(self.history.read_text().splitlines()) > 1:
             return  # a finished round: the run exists, and --resume continues it
-        for f in (self.config, self.history, self.curves, self.strategy, self.path / ".lock"):
+        for f in (self.config, self.history, self.curves, self.strategy, self.partial, self.path / ".lock"):
             f.unlink(missing_ok=True)
         for folder in (self.checkpoints, self.kept, self.tb):
             shutil.rmtree(folder, ignore_errors=True)

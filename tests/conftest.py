@@ -177,3 +177,33 @@ def check_skips(frame: pd.DataFrame, t_ready: int, chunk: pd.Series) -> pd.Serie
     ahead, chunk = (frame["steps"] - plan)[~skipped], chunk[~skipped]
     assert ((-chunk / 2 <= ahead) & (ahead < chunk)).all()
     return skipped
+
+
+class UserFolder:
+    """A folder of a user's own files (none of them pbx's, some under names a run writes), and the check that a
+    command pointed at it left every one of them byte for byte as it was, and added nothing."""
+
+    FILES = {"checkpoints/my_model.pt": b"\x80\x04weights", "tb/events.out.tfevents.1": b"\x00\x01events",
+             "history.csv": b"epoch,loss\n1,0.5\n", "notes.txt": b"mine\n"}
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        for name, data in self.FILES.items():
+            (path / name).parent.mkdir(parents=True, exist_ok=True)
+            (path / name).write_bytes(data)
+        self.before = self.snapshot()
+
+    def snapshot(self) -> dict[str, bytes | None]:
+        """Every file (its bytes) and folder (None) under the folder, by relative path."""
+        return {str(p.relative_to(self.path)): p.read_bytes() if p.is_file() else None
+                for p in sorted(self.path.rglob("*"))}
+
+    def assert_unchanged(self) -> None:
+        assert self.snapshot() == self.before
+
+
+@pytest.fixture
+def user_folder(tmp_path: Path) -> UserFolder:
+    """:class:`UserFolder` at ``tmp_path / "mine"``."""
+    (tmp_path / "mine").mkdir()
+    return UserFolder(tmp_path / "mine")

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from pbx.config import resolve
+from pbx.errors import UsageError
 from pbx.fingerprint import provenance, run_record
 from pbx.train import build_parser, main
 
@@ -111,7 +112,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv: list[str], mes
     assert not (tmp_path / "run").exists()
 
 
-# Settings a member checks against its env only as it is built, once the run folder is written.
+# Settings a member checks against its env (its observations), before the run folder is touched.
 MEMBER_REFUSALS = [
     (["--env", "bigfish", "-m", "normalize_obs=true"], "normalize_obs is for MLP policies on vector observations"),
     (["--env", "CartPole-v1", "-m", "channels_last=true"],
@@ -120,21 +121,44 @@ MEMBER_REFUSALS = [
 
 
 @pytest.mark.parametrize("argv, message", MEMBER_REFUSALS)
-@pytest.mark.parametrize("folder", ["new", "existing"])
-def test_a_members_refusal_leaves_no_run_behind(tmp_path, capsys, argv: list[str], message: str,
-                                                folder: str) -> None:
+def test_a_members_refusal_comes_before_the_start_line_and_the_folder(tmp_path, capsys, argv: list[str],
+                                                                      message: str) -> None:
     run = tmp_path / "run"
-    if folder == "existing":  # a folder of the user's, holding no run: it stays, with only its own file
-        run.mkdir()
-        (run / "notes.txt").write_text("mine")
     assert main([*argv, "--search", "none", "--batchsize", "1", "--t_ready", "64", "--max_budget", "64",
                  "--device", "cpu", "--run-dir", str(run)]) == 2
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert message in err and err.startswith("error: ") and err.count("\n") == 1, err
-    if folder == "new":
-        assert not run.exists()  # the name is free again: it used to say "already holds a run"
-    else:
-        assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
+    assert out == "" and not run.exists()
+
+
+def test_a_refused_run_leaves_a_users_folder_byte_for_byte(user_folder, capsys) -> None:
+    """The reproduction of a refused run that emptied a user's folder: the member's refusal through the command
+    and through ``pbx.run``, and a valid run pointed at a folder holding files under a run's names: one line each,
+    the folder as it was (it used to lose checkpoints/, tb/ and history.csv)."""
+    import pbx
+
+    refused = ["--env", "CartPole-v1", "--search", "PBT", "-m", "channels_last=true", "--run-dir",
+               str(user_folder.path)]
+    assert main(refused) == 2
+    assert "channels_last" in capsys.readouterr().err
+    user_folder.assert_unchanged()
+    with pytest.raises(UsageError, match="channels_last"):
+        pbx.run(env="CartPole-v1", search="PBT", channels_last=True, run_dir=user_folder.path)
+    user_folder.assert_unchanged()
+    assert main(["--env", "toy", "--search", "PBT", "--run-dir", str(user_folder.path)]) == 2
+    out, err = capsys.readouterr()
+    assert err == (f"error: {user_folder.path} holds history.csv, checkpoints, tb, which a new run would write, "
+                   f"and no run (config.yaml): pick a new or empty folder with --run-dir\n") and out == ""
+    user_folder.assert_unchanged()
+
+
+def test_a_new_run_in_an_existing_folder_of_other_files_keeps_them(tmp_path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "notes.txt").write_text("mine")
+    assert main(["--env", "toy", "--search", "PBT", "--batchsize", "2", "-m", "max_budget=8", "--run-dir",
+                 str(run)]) == 0
+    assert (run / "notes.txt").read_text() == "mine" and (run / "history.csv").is_file()
 
 
 def test_malformed_search_space_and_non_run_resume(tmp_path, capsys) -> None:

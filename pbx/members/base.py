@@ -141,6 +141,12 @@ class Member(ABC):
         """
 
     @classmethod
+    def validate_env(cls, env: str, settings: MemberSettings) -> None:
+        """Raise :class:`UsageError` for settings this member cannot train with on ``env`` (a setting of an image
+        policy on vector observations). Called by the run's config with :meth:`validate`, before the run folder
+        exists, so such a refusal writes nothing; by default every setting suits every env."""
+
+    @classmethod
     def check_population(cls, env: str, pop_size: int, settings: MemberSettings) -> None:
         """Raise :class:`UsageError` for a population this member type cannot hold on one machine (an off-policy
         agent's replay buffers, allocated whole per member, must fit in memory). By default any population can."""

@@ -30,7 +30,7 @@ from pbx.members.base import MemberSettings
 from pbx.members.ppo.impala import ImpalaPolicy
 from pbx.members.ppo.settings import PPOSettings, fit_rollout
 from pbx.members.ppo.update import PPOUpdate
-from pbx.members.sb3.agent import AgentDefaults
+from pbx.members.sb3.agent import AgentDefaults, observes_images
 from pbx.members.sb3.member import SB3Member, set_rollout
 from pbx.members.sb3.process import set_precision
 from pbx.space import Config, Space
@@ -104,16 +104,25 @@ class PPOMember(SB3Member):
         assert isinstance(settings, PPOSettings)
         return fit_rollout(config, settings, space)
 
+    @classmethod
+    def validate_env(cls, env: str, settings: MemberSettings) -> None:
+        """:meth:`SB3Agent.validate_env`, and the IMPALA CNN's own settings (``precision``, ``channels_last``)
+        refused where another policy trains: vector observations (an MLP) or a family whose row names SB3's."""
+        super().validate_env(env, settings)
+        assert isinstance(settings, PPOSettings)
+        policy = cls.family_defaults(env).image_policy or ImpalaPolicy
+        image = observes_images(env)
+        if settings.image_network() and not (image and policy is ImpalaPolicy):
+            uses = f"SB3's {policy}" if image else "observations are vectors (MLP)"
+            raise UsageError(f"precision and channels_last are settings of the image policy (IMPALA CNN); "
+                             f"{env}'s {uses}: leave them at their defaults")
+
     def _build(self, hp: Mapping[str, Any], image: bool) -> PPOUpdate:
         s = self.settings
         set_precision("fp32" if s.deterministic else s.precision)
         network = s.image_network()
         # the family's image policy where PPO's row names one (SB3's Nature CNN, say), else the IMPALA CNN
-        policy = self.family_defaults(self.context.env).image_policy or ImpalaPolicy
-        if network and not (image and policy is ImpalaPolicy):
-            uses = f"SB3's {policy}" if image else "observations are vectors (MLP)"
-            raise UsageError(f"precision and channels_last are settings of the image policy (IMPALA CNN); "
-                             f"{self.context.env}'s {uses}: leave them at their defaults")
+        policy = self.family_defaults(self.context.env).image_policy or ImpalaPolicy  # network suits it: validate_env
         net = ({"policy_kwargs": {"features_extractor_kwargs": network}} if network else {}) \
             if image else ({} if s.net_arch is None else {"policy_kwargs": {"net_arch": list(s.net_arch)}})
         return self.algorithm(policy if image else "MlpPolicy", self._norm, n_steps=int(hp["n_steps"]),

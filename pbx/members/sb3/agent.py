@@ -18,7 +18,7 @@ from typing import ClassVar, Mapping
 
 from gymnasium import spaces
 
-from pbx.envs import check_env, family
+from pbx.envs import check_env, family, observation_and_action_spaces
 from pbx.errors import UsageError
 from pbx.members.base import Member, MemberSettings
 from pbx.members.sb3.process import check_device
@@ -129,6 +129,16 @@ class SB3Agent(Member):
         check_device(device)
 
     @classmethod
+    def validate_env(cls, env: str, settings: MemberSettings) -> None:
+        """Settings of the MLP policy (``normalize_obs``, ``net_arch``) refused on image observations, from the
+        env's observation space (one env built and closed, once a process: :func:`observation_and_action_spaces`)."""
+        assert isinstance(settings, SB3Settings)
+        if observes_images(env) and (settings.normalize_obs or settings.net_arch is not None):
+            bad = "normalize_obs" if settings.normalize_obs else "net_arch"
+            raise UsageError(f"{bad} is for MLP policies on vector observations; {env}'s observations are "
+                             f"images (a CNN policy): leave {bad} at its default")
+
+    @classmethod
     def plan_chunk(cls, settings: MemberSettings, space: Space) -> int | None:
         """A rollout (or ``train_freq`` steps) of every env: SB3 collects them whole. Where the space searches
         the chunk's length each member's differs, so the plan takes the steps as asked (None): each member
@@ -143,3 +153,10 @@ class SB3Agent(Member):
         nearest ``steps`` and at least one."""
         assert isinstance(settings, SB3Settings)
         return whole_chunks(steps, settings.n_envs * int(config.get(cls.chunk, getattr(settings, cls.chunk))))
+
+
+def observes_images(env: str) -> bool:
+    """Whether an agent on ``env`` sees images (and so trains a CNN policy), by SB3's own test of the space."""
+    from stable_baselines3.common.preprocessing import is_image_space
+
+    return is_image_space(observation_and_action_spaces(env)[0])

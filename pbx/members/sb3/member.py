@@ -87,11 +87,7 @@ class SB3Member(Checkpointed, SB3Agent):
         self._env_threads = threads if threads > 2 else 0
         venv = self._make_env(settings.n_envs, context.seed)
         self._venv: StatefulVecEnv = venv
-        image = is_image_space(venv.observation_space)
-        if image and (settings.normalize_obs or settings.net_arch is not None):
-            bad = "normalize_obs" if settings.normalize_obs else "net_arch"
-            raise UsageError(f"{bad} is for MLP policies on vector observations; {context.env}'s observations are "
-                             f"images (IMPALA CNN): leave {bad} at its default")
+        image = is_image_space(venv.observation_space)  # the settings suit it: validate_env
         # An MLP's matrices are too small to split: on 2 cores with other work running,
         # CartPole PPO trained 8,192 steps in 11.4 s with one torch thread and 176 s with two
         # (OpenMP threads spin waiting for each other). CNNs keep the core budget.
