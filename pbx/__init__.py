@@ -7,7 +7,7 @@
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Result", "resume", "run"]
+__all__ = ["Result", "RunStopped", "resume", "run"]
 
 
 def __getattr__(name: str) -> Any:

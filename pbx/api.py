@@ -8,6 +8,7 @@
     result.export()         # its SB3 files (model.zip), the path of model.zip
     result.report()         # python -m pbx.report's plots and tables of the run
     pbx.resume("runs/cartpole", max_budget=200_000)   # continue it to a larger budget
+    pbx.run(env="bigfish", search="PB2", time_limit=3500)  # stops inside a round by then: pbx.RunStopped
 
 A setting is named as in a run's config.yaml, which is the command line's flag
 without its dashes (``pop_size``, the PB2 code's ``--batchsize``; ``t_ready``,
@@ -32,10 +33,13 @@ from pbx.export import export
 from pbx.standings import member_row
 from pbx.reporting.build import Options, generate
 from pbx.runners.start import Setup, config_layers, launch, new_run, resumed_run
+from pbx.runners.stopping import RunStopped, StopClock, check_time_limit
 from pbx.settings import RunSettings
 
 if TYPE_CHECKING:
     from mpi4py.MPI import Intracomm
+
+__all__ = ["Result", "RunStopped", "resume", "run"]
 
 RUN_KEYS = {f.name for f in dataclasses.fields(RunSettings)}
 
@@ -67,25 +71,28 @@ class Result:
 
 
 def run(env: str | None = None, search: str | None = None, *, config: str | Path | None = None,
-        run_dir: str | Path | None = None, **settings: Any) -> Result | None:
+        run_dir: str | Path | None = None, time_limit: float | None = None, **settings: Any) -> Result | None:
     """Train a population as ``python -m pbx.train`` does: ``env`` and ``search`` as ``--env`` and ``--search``
     (None: their defaults), ``config`` an experiment YAML (``--config``), ``run_dir`` the folder (default
-    ``runs/<name>``), ``settings`` the rest by their config names. The result, or None on an MPI rank other
-    than 0."""
+    ``runs/<name>``), ``time_limit`` seconds from the call after which it stops inside a round with everything
+    saved (``--time-limit``; :class:`RunStopped` says where, :func:`resume` goes on), ``settings`` the rest by
+    their config names. The result, or None on an MPI rank other than 0."""
     named = {"env": env, "search": search}
     layer: dict[str, Any] = {"run": {k: v for k, v in {**named, **settings}.items()
                                      if k in RUN_KEYS and (k not in named or v is not None)}}
     layer.update({k: v for k, v in settings.items() if k not in RUN_KEYS})
     layers = [*config_layers(config), layer]
-    return _start(lambda comm: new_run(layers, run_dir=run_dir, comm=comm))
+    return _start(lambda comm: new_run(layers, run_dir=run_dir, comm=comm), time_limit)
 
 
-def resume(path: str | Path, **changes: Any) -> Result | None:
+def resume(path: str | Path, *, time_limit: float | None = None, **changes: Any) -> Result | None:
     """Continue the stopped run in ``path`` (a finished one: its result, nothing trained) with the changes a
-    resume allows (:data:`pbx.runners.start.RESUMABLE`: ``max_budget=...`` extends it)."""
-    return _start(lambda comm: resumed_run(path, changes, comm=comm))
+    resume allows (:data:`pbx.runners.start.RESUMABLE`: ``max_budget=...`` extends it); ``time_limit`` as for
+    :func:`run`."""
+    return _start(lambda comm: resumed_run(path, changes, comm=comm), time_limit)
 
 
-def _start(setup: Callable[[Intracomm | None], Setup]) -> Result | None:
-    done = launch(setup)
+def _start(setup: Callable[[Intracomm | None], Setup], time_limit: float | None) -> Result | None:
+    """Launch the run under a clock of ``time_limit`` seconds from now (checked first: bad input writes nothing)."""
+    done = launch(setup, clock=StopClock(check_time_limit(time_limit, "time_limit")))
     return Result(done[0].path, done[1].frame) if done is not None else None

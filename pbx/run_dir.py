@@ -4,7 +4,9 @@
     runs/<name>/history.csv           one row per (member, round)
     runs/<name>/curves.csv            the scores members took within each round (pbx.curves)
     runs/<name>/strategy.csv          the strategy's reasons, one row per decision that changes a member
-    runs/<name>/checkpoints/          member_<i>.r<round>.ckpt, the latest finished round
+    runs/<name>/checkpoints/          member_<i>.r<round>.ckpt, the latest finished round; while the round after it
+                                      is in progress, member_<i>.r<round>.part.ckpt (stopped inside it) or
+                                      .done.json (through it): :mod:`pbx.runners.partial`
     runs/<name>/kept/                 member_<i>.r<round>.ckpt, the best member's of each round that a restart
                                       (BG-PBT, IPBT) ended a generation after: ``--member kept`` picks among them
     runs/<name>/tb/                   TensorBoard, one sub-folder per member plus ``population``
@@ -34,7 +36,10 @@ from typing import Any, Collection, Iterator
 from pbx.curves import CURVES_FILE
 from pbx.errors import UsageError
 
-_CKPT = re.compile(r"member_(\d+)\.r(\d+)\.ckpt$")
+_CKPT = re.compile(r"member_(\d+)\.r(\d+)\.(ckpt|part\.ckpt|part\.json|done\.json)$")
+"""A member's file of a round: its checkpoint at the round's end (``ckpt``), and while the round is not in the
+history, its state inside the round (``part.ckpt``, ``part.json``) or what it reported at the round's end
+(``done.json``)."""
 
 
 @dataclass(frozen=True)
@@ -58,11 +63,6 @@ class RunDir:
         return self.path / "strategy.csv"
 
     @property
-    def partial(self) -> Path:
-        """The round in progress when the run stopped inside it (:mod:`pbx.runners.partial`)."""
-        return self.path / "partial.json"
-
-    @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
 
@@ -81,7 +81,7 @@ class RunDir:
     def written(self) -> tuple[Path, ...]:
         """Every file and folder a run writes at its top level (``report/`` is the report's): a new run refuses
         a folder that holds any of them, so that whatever :meth:`discard` removes is the run's own."""
-        return (self.config, self.history, self.curves, self.strategy, self.partial, self.checkpoints, self.kept,
+        return (self.config, self.history, self.curves, self.strategy, self.checkpoints, self.kept,
                 self.tb, self.path / ".lock")
 
     def create(self) -> bool:
@@ -115,7 +115,7 @@ class RunDir:
         the run's own files go: :meth:`create` refused a folder holding any of them before."""
         if self.history.is_file() and len(self.history.read_text().splitlines()) > 1:
             return  # a finished round: the run exists, and --resume continues it
-        for f in (self.config, self.history, self.curves, self.strategy, self.partial, self.path / ".lock"):
+        for f in (self.config, self.history, self.curves, self.strategy, self.path / ".lock"):
             f.unlink(missing_ok=True)
         for folder in (self.checkpoints, self.kept, self.tb):
             shutil.rmtree(folder, ignore_errors=True)
@@ -150,6 +150,18 @@ class RunDir:
     def checkpoint(self, member: int, round_: int) -> Path:
         return self.checkpoints / f"member_{member}.r{round_}.ckpt"
 
+    def part(self, member: int, round_: int) -> Path:
+        """The member's checkpoint inside round ``round_`` (a stop or a periodic save: :mod:`pbx.runners.partial`)."""
+        return self.checkpoints / f"member_{member}.r{round_}.part.ckpt"
+
+    def part_record(self, member: int, round_: int) -> Path:
+        """What the runner keeps beside :meth:`part` (the member's score before the round)."""
+        return self.checkpoints / f"member_{member}.r{round_}.part.json"
+
+    def done_record(self, member: int, round_: int) -> Path:
+        """What the member reported at the end of round ``round_``, kept until the round is in the history."""
+        return self.checkpoints / f"member_{member}.r{round_}.done.json"
+
     def kept_checkpoint(self, member: int, round_: int) -> Path:
         return self.kept / self.checkpoint(member, round_).name
 
@@ -170,16 +182,21 @@ class RunDir:
             shutil.copy2(self.checkpoint(member, round_), partial)
         os.replace(partial, final)
 
-    def prune_checkpoints(self, keep_round: int, members: Collection[int] | None = None) -> None:
-        """Delete every checkpoint not of ``keep_round`` (older ones, or newer ones a kill left half written).
+    def prune_checkpoints(self, keep_round: int, members: Collection[int] | None = None,
+                          in_progress: bool = False) -> None:
+        """Delete every member file but the checkpoints of ``keep_round`` (older ones, newer ones a kill left half
+        written, and the round's files from inside it, which the history now holds).
 
         ``members``: only theirs. An MPI rank prunes its own members' files only: on a
         shared file system another rank may already be writing the next round's.
+        ``in_progress``: keep the files of the round after ``keep_round`` too (a resume inside it).
         """
-        for f, member, round_ in self._checkpoint_files():
+        for f, member, round_, kind in self._checkpoint_files():
             if members is not None and member not in members:
                 continue
-            if round_ != keep_round or f.name.endswith(".tmp"):
+            if in_progress and round_ == keep_round + 1 and not f.name.endswith(".tmp"):
+                continue
+            if round_ != keep_round or kind != "ckpt" or f.name.endswith(".tmp"):
                 f.unlink(missing_ok=True)
 
     def newest_checkpoint_round(self) -> int | None:
@@ -189,16 +206,17 @@ class RunDir:
         round r is in history.csv, so files of a round past the one after its last mean
         the history lost finished rounds.
         """
-        return max((round_ for _, _, round_ in self._checkpoint_files()), default=None)
+        return max((round_ for _, _, round_, _ in self._checkpoint_files()), default=None)
 
-    def _checkpoint_files(self) -> Iterator[tuple[Path, int, int]]:
-        """(file, member, round) of each checkpoint file in the folder, ``.tmp`` ones included."""
+    def _checkpoint_files(self) -> Iterator[tuple[Path, int, int, str]]:
+        """(file, member, round, kind: ``ckpt``, ``part.ckpt``, ``part.json``, ``done.json``) of each member file
+        in the folder, ``.tmp`` ones included."""
         if not self.checkpoints.is_dir():
             return
         for f in self.checkpoints.iterdir():
             match = _CKPT.match(f.name.removesuffix(".tmp"))
             if match is not None:
-                yield f, int(match.group(1)), int(match.group(2))
+                yield f, int(match.group(1)), int(match.group(2)), match.group(3)
 
 
 def folder_part(value: Any) -> str:

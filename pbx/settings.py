@@ -92,6 +92,10 @@ class RunSettings:
     comm: str = "p2p"
     """How the MPI runner moves a donor's checkpoint: ``p2p`` (send to each rank that needs it) or
     ``collective`` (one broadcast per donor; suits winner-takes-all)."""
+    checkpoint_minutes: float = 10.0
+    """Minutes between two saves of a round in progress, by the member training it at a rollout boundary (0:
+    none): what a ``kill -9``, which gives no warning, can lose of a round. A signal or a time limit saves anyway
+    (:mod:`pbx.runners.stopping`)."""
 
     def __post_init__(self) -> None:
         self.algo = self.algo.lower()
@@ -107,6 +111,9 @@ class RunSettings:
         if self.device not in ("auto", "cpu", "cuda"):
             raise UsageError(f"device must be auto, cpu or cuda, got {self.device!r}")
         check_choices(self, runner=RUNNERS, comm=COMM_MODES)
+        if not 0 <= self.checkpoint_minutes < float("inf"):  # NaN fails too
+            raise UsageError(f"checkpoint_minutes must be a finite number of minutes, 0 or more (0: no saves inside "
+                             f"a round), got {self.checkpoint_minutes}")
 
 
 def parse_override(item: str) -> tuple[str, Any]:

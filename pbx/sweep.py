@@ -15,9 +15,13 @@ the failed runs. The file's format and the folder's layout: :mod:`pbx.sweeps`.
 
 from __future__ import annotations
 
+import time
+
+STARTED = time.monotonic()
+"""When the command began: ``--time-limit`` counts from here."""
+
 import signal
 import sys
-import time
 from typing import TYPE_CHECKING, Sequence
 
 from pbx.console import format_score
@@ -25,6 +29,7 @@ from pbx.errors import ArgumentParser, UsageError, command_parser
 from pbx.runners.mpi import abort, world
 from pbx.slurm import slurm_script
 from pbx.runners.start import follow_runs, release
+from pbx.runners.stopping import STOPPED_EXIT, RunStopped, StopClock
 from pbx.sweeps import Progress, RunSpec, Sweep, execute, load_sweep, prepare, progress
 
 if TYPE_CHECKING:
@@ -46,6 +51,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--keep-stored", "--keep_stored", dest="keep_stored", action="store_true",
                    help="go on with the settings stored when the sweep folder was made where its variants resolve "
                         "differently now (an edited space file, a changed member default, another pbx commit)")
+    p.add_argument("--time-limit", "--time_limit", dest="time_limit", default=None, metavar="SECONDS",
+                   help="stop the sweep by this many seconds of wall clock (default: the file's time_limit), the "
+                        "run in progress inside its round with everything saved (exit code 75); rerun to go on")
     p.add_argument("--print-slurm", dest="print_slurm", nargs="?", const="-", default=None, metavar="PATH",
                    help="write a Slurm job-array script (one task per run) to PATH, or stdout, instead of running")
     return p
@@ -62,17 +70,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         # Resolved as the runs will be: on this launch's ranks, or on the Slurm tasks' the script asks for.
         ranks = comm.Get_size() if comm is not None else None if args.print_slurm is not None else 1
-        sweep = load_sweep(args.file, args.seeds, args.overrides, args.out, ranks)
+        sweep = load_sweep(args.file, args.seeds, args.overrides, args.out, ranks, args.time_limit)
         runs = sweep.runs
         if args.only is not None and not 0 <= args.only < len(runs):
             raise UsageError(f"--only {args.only}: the sweep has runs 0 to {len(runs) - 1}")
         prepare(sweep, args.keep_stored)
         if args.print_slurm is not None:
             return _print_slurm(sweep, args.print_slurm, args.keep_stored)
-        return _run(sweep, runs if args.only is None else [runs[args.only]], comm)
+        return _run(sweep, runs if args.only is None else [runs[args.only]], comm,
+                    StopClock(sweep.time_limit, started=STARTED))
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except RunStopped as err:
+        keep = ["--keep-stored"] if args.keep_stored else []
+        print(f"stopped: {err}; rerun {sweep.command(*keep)} to go on", file=sys.stderr, flush=True)  # type: ignore[union-attr]
+        return STOPPED_EXIT
     except KeyboardInterrupt:
         keep = ["--keep-stored"] if sweep is not None and args.keep_stored else []
         again = f"; rerun {sweep.command(*keep)} to finish the sweep" if sweep is not None else ""
@@ -84,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         release(comm)
 
 
-def _run(sweep: Sweep, runs: list[RunSpec], comm: Intracomm | None) -> int:
+def _run(sweep: Sweep, runs: list[RunSpec], comm: Intracomm | None, clock: StopClock) -> int:
     total = len(sweep.runs)
     print(f"sweep: {len(sweep.variants)} variants x {len(sweep.seeds)} seeds = {total} runs of {sweep.file} "
           f"-> {sweep.out} (each run's round lines: <run>/train.log)", flush=True)
@@ -92,7 +105,7 @@ def _run(sweep: Sweep, runs: list[RunSpec], comm: Intracomm | None) -> int:
     for spec in runs:
         head = f"[{spec.index + 1}/{total}] {spec.label}:"
         try:
-            why = _one(sweep, spec, head, comm)
+            why = _one(sweep, spec, head, comm, clock)
         except UsageError as err:  # a damaged run folder
             why = str(err)
         if why is not None:
@@ -107,7 +120,7 @@ def _run(sweep: Sweep, runs: list[RunSpec], comm: Intracomm | None) -> int:
     return 0
 
 
-def _one(sweep: Sweep, spec: RunSpec, head: str, comm: Intracomm | None) -> str | None:
+def _one(sweep: Sweep, spec: RunSpec, head: str, comm: Intracomm | None, clock: StopClock) -> str | None:
     """Skip, resume or start one run, printing what it does; None, or why the run failed."""
     before = progress(spec.path)
     if before is not None and before.finished:
@@ -116,7 +129,7 @@ def _one(sweep: Sweep, spec: RunSpec, head: str, comm: Intracomm | None) -> str 
     resume = before is not None
     print(f"{head} {f'resumed after round {before.done}/{before.rounds}' if resume else 'started'}", flush=True)
     start = time.perf_counter()
-    why = execute(sweep, spec, resume, comm)
+    why = execute(sweep, spec, resume, comm, clock)
     after = progress(spec.path) if why is None else None
     if after is not None:
         print(f"{head} done in {time.perf_counter() - start:.1f} s: {_scores(after)}", flush=True)

@@ -61,13 +61,14 @@ from pbx.history import complete_rounds, read_csv, restart_marks
 from pbx.standings import best_rows
 from pbx.run_dir import RunDir, folder_part
 from pbx.runners.start import announce_run, exit_code, launch, new_run, rank_layers, resumed_run
+from pbx.runners.stopping import STOPPED_EXIT, RunStopped, StopClock, check_time_limit
 from pbx.slurm import SlurmSettings, slurm_settings
 from pbx.yaml_files import read_yaml
 
 if TYPE_CHECKING:
     from mpi4py.MPI import Intracomm
 
-SWEEP_KEYS = ("sweep", "seeds", "slurm")
+SWEEP_KEYS = ("sweep", "seeds", "slurm", "time_limit")
 """Top-level keys of an experiment file that describe the sweep, not a run."""
 PER_RUN = ("seed", "name")
 """Settings the sweep sets for each run."""
@@ -106,6 +107,9 @@ class Sweep:
     slurm: SlurmSettings
     resolved: dict[str, dict[str, Any]]
     """Each variant's config as it resolves now (less seed and name), by variant name."""
+    time_limit: float | None = None
+    """Seconds of wall clock for the whole sweep (the file's ``time_limit``, or ``--time-limit``): the run in
+    progress then stops inside its round with everything saved, and rerunning the sweep goes on with it."""
 
     @property
     def runs(self) -> list[RunSpec]:
@@ -137,7 +141,7 @@ class Sweep:
 
 
 def load_sweep(file: str | Path, seeds: str | None = None, overrides: Sequence[str] = (),
-               out: str | Path | None = None, ranks: int | None = 1) -> Sweep:
+               out: str | Path | None = None, ranks: int | None = 1, time_limit: Any = None) -> Sweep:
     """Read an experiment file and resolve every variant as ``pbx.train`` would on ``ranks`` MPI ranks (None:
     the ranks of the file's Slurm tasks), before anything is written; a :class:`UsageError` names the file and
     the variant."""
@@ -158,6 +162,10 @@ def load_sweep(file: str | Path, seeds: str | None = None, overrides: Sequence[s
         raise UsageError(f"-m {', '.join(clash)}: swept by {file}'s sweep: section; edit the file instead")
     seed_list = parse_seeds(seeds if seeds is not None else raw.get("seeds"), file)
     slurm = slurm_settings(raw.get("slurm"), file)
+    try:
+        limit = check_time_limit(time_limit if time_limit is not None else raw.get("time_limit"), "time_limit")
+    except UsageError as err:
+        raise UsageError(f"{file}: {err}") from None
     baseline, resolved = None, {}
     for variant in variants:
         try:
@@ -171,7 +179,7 @@ def load_sweep(file: str | Path, seeds: str | None = None, overrides: Sequence[s
         resolved[variant.name] = config
     suffix = "".join(f"-{folder_part(v)}" for _, v in items)
     return Sweep(file, Path(out) if out is not None else Path("sweeps") / f"{file.stem}{suffix}", experiment,
-                 list(overrides), variants, seed_list, baseline, slurm, resolved)
+                 list(overrides), variants, seed_list, baseline, slurm, resolved, limit)
 
 
 def expand(spec: Any, file: Path) -> list[Variant]:
@@ -327,7 +335,8 @@ def progress(path: Path) -> Progress | None:
                     float(best["test_score"]))
 
 
-def execute(sweep: Sweep, spec: RunSpec, resume: bool, comm: Intracomm | None = None) -> str | None:
+def execute(sweep: Sweep, spec: RunSpec, resume: bool, comm: Intracomm | None = None,
+            clock: StopClock | None = None) -> str | None:
     """Train (or resume) one run as ``pbx.train`` does (:func:`pbx.runners.start.launch`), its output appended to
     the run's train.log.
 
@@ -335,7 +344,8 @@ def execute(sweep: Sweep, spec: RunSpec, resume: bool, comm: Intracomm | None = 
     name. Returns None when the run finished, else why not (its exit code, whose
     one line went to stderr, or the exception of a member that died, whose traceback
     goes to the run's error.txt). Raises KeyboardInterrupt when the run was
-    interrupted (its finished rounds are saved). Under MPI the other ranks are told
+    interrupted (its finished rounds are saved), :class:`RunStopped` when ``clock`` (the sweep's: its time limit,
+    a signal) stopped it inside a round with everything saved. Under MPI the other ranks are told
     a run follows (:func:`pbx.runners.start.follow_runs`), and a failure on any rank
     fails the run on all of them.
     """
@@ -348,12 +358,14 @@ def execute(sweep: Sweep, spec: RunSpec, resume: bool, comm: Intracomm | None = 
     announce_run(comm)
     with open(spec.path / "train.log", "a", buffering=1) as log, contextlib.redirect_stdout(log):
         try:
-            code = exit_code(lambda: launch(setup, contained=True))
+            code = exit_code(lambda: launch(setup, contained=True, clock=clock))
         except Exception as err:  # a member that died: the other runs go on
             (spec.path / "error.txt").write_text(traceback.format_exc())
             return f"{type(err).__name__}: {err}; traceback in {spec.path / 'error.txt'}"
     if code == 130:
         raise KeyboardInterrupt
+    if code == STOPPED_EXIT:
+        raise RunStopped(f"{spec.label} stopped with everything it trained saved")
     return None if code == 0 else f"exit {code}"
 
 

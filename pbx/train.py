@@ -6,15 +6,25 @@
     python -m pbx.train --search PB2 --cat_exp cocabo --env toy-cat
     python -m pbx.train --config experiments/X.yaml -m pop_size=8 t_ready=250000
     python -m pbx.train --resume runs/NAME
+    python -m pbx.train --resume runs/NAME --time-limit 3500   # stops inside a round, exit 75: resume again
     mpiexec -n 8 python -m pbx.train --search PB2 --env bigfish
 
 Flag names follow the PB2 authors' ProcGen code (``--search``, ``--batchsize``,
 ``--t_ready``, ``--max_budget``); dashed spellings work too. Any setting of any
 section is reachable with ``-m key=value``. Bad input prints one ``error:`` line
-and exits with code 2.
+and exits with code 2. SIGTERM, Ctrl-C and SIGUSR1 (Slurm's ``--signal``) stop a
+run at its members' next rollout boundary with everything trained saved, as
+``--time-limit`` does before its time is up: exit code 75, and ``--resume``
+continues inside the round where it stopped. A second Ctrl-C or SIGTERM
+interrupts at once (exit 130), losing the round since its last save.
 """
 
 from __future__ import annotations
+
+import time
+
+STARTED = time.monotonic()
+"""When the command began, before its imports: ``--time-limit`` counts from here."""
 
 import argparse
 import contextlib
@@ -32,6 +42,7 @@ from pbx.standings import best_rows
 from pbx.run_dir import RunDir
 from pbx.runners.mpi import world
 from pbx.runners.start import RESUMABLE, config_layers, exit_code, follow_run, launch, new_run, resumed_run
+from pbx.runners.stopping import StopClock, check_time_limit
 from pbx.settings import RunSettings, parse_override
 
 
@@ -94,6 +105,9 @@ def build_parser() -> ArgumentParser:
         p.add_argument(*flags, dest=dest, default=None, help=text)
     p.add_argument("-m", dest="overrides", nargs="+", action=_Overrides, default=[], metavar="KEY=VALUE",
                    help="override any setting, e.g. -m pop_size=8 n_envs=16 (or section.key=value)")
+    p.add_argument("--time-limit", "--time_limit", dest="time_limit", default=None, metavar="SECONDS",
+                   help="stop by this many seconds of wall clock from the command's start, at a rollout boundary "
+                        "with everything trained saved (exit code 75; continue with --resume)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help=f"continue a stopped run from its folder; only {', '.join(RESUMABLE)} may change "
                         f"(-m or the flag), e.g. --resume runs/X -m max_budget=50000000")
@@ -126,13 +140,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if comm is not None and comm.Get_rank() > 0:
         # check the command line as rank 0 does (which says what is wrong with it), then follow rank 0's run
         with contextlib.redirect_stderr(io.StringIO()):
-            build_parser().parse_args(argv)
+            args = build_parser().parse_args(argv)
         signal.signal(signal.SIGTERM, signal.default_int_handler)
-        return follow_run(comm)
+        try:
+            limit = check_time_limit(args.time_limit)
+        except UsageError:
+            limit = None  # rank 0 says what is wrong with it, and refuses the run
+        return follow_run(comm, StopClock(limit, started=STARTED))
     args = build_parser().parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
-    # A scheduler's SIGTERM (end of a job's time) stops the run like Ctrl-C: envs closed, resume hint printed.
+    # Before the run trains (and after), a scheduler's SIGTERM stops the command like Ctrl-C; while it trains, the
+    # run's clock takes both and stops at a rollout boundary (pbx.runners.stopping).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        clock = StopClock(check_time_limit(args.time_limit), started=STARTED)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     flags = {dest: getattr(args, dest) for _, dest, _, _ in RUN_FLAGS if getattr(args, dest) is not None}
     strategy = {dest: getattr(args, dest) for dest in ("resample_prob", *(d for _, d, _ in STRATEGY_FLAGS))
                 if getattr(args, dest) is not None}
@@ -143,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup = lambda comm: new_run([*config_layers(args.config), {"run": flags, "strategy": strategy}],
                                      args.overrides, args.run_dir, comm)
     finished: list[tuple[RunDir, History] | None] = []
-    code = exit_code(lambda: finished.append(launch(setup)))
+    code = exit_code(lambda: finished.append(launch(setup, clock=clock)))
     if code == 0:
         assert finished[0] is not None  # this process is rank 0
         print(_summary(*finished[0]))

@@ -14,10 +14,10 @@ import importlib
 from typing import Iterable
 
 from pbx.errors import UsageError
-from pbx.members.base import Diverged, Member, MemberContext, MemberSettings
+from pbx.members.base import Diverged, Member, MemberContext, MemberSettings, Stopped
 from pbx.members.toys.toy import TOY_ENVS, ToyMember
 
-__all__ = ["ALGOS", "AUGMENTATION", "Diverged", "Member", "MemberContext", "MemberSettings", "ToyMember",
+__all__ = ["ALGOS", "AUGMENTATION", "Diverged", "Member", "MemberContext", "MemberSettings", "Stopped", "ToyMember",
            "algo_class", "check_algo", "member_class", "register", "space_file"]
 
 ALGOS: dict[str, str] = {

@@ -37,6 +37,11 @@ class Diverged(RuntimeError):
     """
 
 
+class Stopped(Exception):
+    """Raised by :meth:`Member.train` (of a member that :attr:`~Member.stops_inside`) where its ``stop`` said so:
+    the member is between two rollouts, holding the round in progress, whole and ready to be saved."""
+
+
 @dataclass
 class MemberSettings:
     """Settings of a member type (the ``member`` section of ``config.yaml``), fixed for the whole run."""
@@ -163,6 +168,10 @@ class Member(ABC):
     def config(self) -> Config:
         """The hyperparameters in use now (what the runner records in the history)."""
 
+    stops_inside: ClassVar[bool] = False
+    """Whether :meth:`train` takes ``stop`` and can stop inside a round (see there); a member without it trains
+    its round whole and a run stopped meanwhile stops after it (the toys: a round is microseconds)."""
+
     @abstractmethod
     def train(self, steps: int) -> float:
         """Train for ``steps`` env steps and return the train score of this stretch (NaN if none).
@@ -170,6 +179,12 @@ class Member(ABC):
         The score covers only what the member did in this call (for PPO: episodes that
         started and ended inside it), so a member that just copied a donor is not scored
         on play of the policy it threw away. Raises :class:`Diverged` (see there).
+
+        A member with :attr:`stops_inside` takes ``train(steps, stop=...)``: it calls ``stop()`` at each
+        boundary where it may stop (PPO: before each rollout), and where that says so it raises
+        :class:`Stopped`, holding the round in progress: :meth:`save` writes it, :meth:`load` (``own``) restores
+        it, and the next ``train`` goes on with it to the round's end (``steps`` is then ignored), scoring the
+        whole round as one call would have.
         """
 
     def curve(self) -> list[tuple[int, float]]:

@@ -23,7 +23,9 @@ members ``0 .. pop_size - 1``, and the executor drops the rest.
 Resume replays exactly that: restore every member from the last finished round's
 own checkpoints and recompute that round's decisions (their generator depends on
 the seed and round only), so a killed-and-resumed run ends with the history of
-an uninterrupted one.
+an uninterrupted one. A run stopped inside a round (a signal, its time limit:
+:mod:`pbx.runners.stopping`) left each member's part of that round on disk
+(:mod:`pbx.runners.partial`); the executor takes it from there as the round trains.
 """
 
 from __future__ import annotations
@@ -264,7 +266,8 @@ class RoundLoop:
         """Members back as they were after round ``last`` (not the run's last), that round's decisions taken
         again and applied; whether they restart the population."""
         with self.executor.together():
-            self.run_dir.prune_checkpoints(keep_round=last, members=self.executor.owned)
+            # the round after it may be in progress: its members' files are where it goes on (pbx.runners.partial)
+            self.run_dir.prune_checkpoints(keep_round=last, members=self.executor.owned, in_progress=True)
         self.executor.restore(last, steps)
         decisions, keep = self.executor.share(lambda: self._redecide(recorder, last))
         return self._apply(decisions, last, keep)

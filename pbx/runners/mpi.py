@@ -60,6 +60,7 @@ from pbx.errors import UsageError
 from pbx.history import History
 from pbx.run_dir import RunDir
 from pbx.runners.loop import Executor, RoundLoop, RunFailed, T, Trained
+from pbx.runners.stopping import RunStopped, StopClock, stop_message
 from pbx.runners.sync import LocalExecutor
 from pbx.space import Config
 from pbx.strategies import Decision
@@ -153,17 +154,61 @@ def together(comm: Intracomm, contained: bool, describe: Callable[[Exception], t
         raise RunFailed(*failures[0])
 
 
+STOP_TAG = 32767
+"""The tag of a rank's word that the run stops (MPI guarantees tags up to 32767; a checkpoint's are 2 x member
+and one more)."""
+
+
+class RankStops:
+    """A stop that one rank learns of (a signal sent to it alone, its time limit), told to the others while they
+    train: each rank's clock asks :meth:`poll` at every rollout boundary (an ``Iprobe``, no wait), so every member
+    of the run stops at its next boundary, not at its round's end."""
+
+    def __init__(self, comm: Intracomm) -> None:
+        self.comm = comm
+        self._sent: list[Any] = []
+
+    def tell(self, reason: str) -> None:
+        """Tell every other rank that this one stops, and why (non-blocking)."""
+        rank = self.comm.Get_rank()
+        self._sent += [self.comm.isend(f"rank {rank}'s {reason}", dest=other, tag=STOP_TAG)
+                       for other in range(self.comm.Get_size()) if other != rank]
+
+    def poll(self) -> str | None:
+        """Another rank's reason to stop, when one has told this rank; None otherwise."""
+        from mpi4py import MPI
+
+        if not self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=STOP_TAG):
+            return None
+        return self.comm.recv(source=MPI.ANY_SOURCE, tag=STOP_TAG)
+
+    def drain(self) -> None:
+        """Take every word still on its way to this rank and finish this rank's own sends (the run ends: nothing is
+        left over for a sweep's next run on the same ranks)."""
+        from mpi4py import MPI
+
+        self.comm.Barrier()  # every word is sent by now (sends come before the allgather that precedes this)
+        while self.poll() is not None:
+            pass
+        MPI.Request.Waitall(self._sent)
+        self._sent = []
+
+
 class MPIExecutor(Executor):
     """This rank's members, trained locally; results gathered and checkpoints moved over MPI."""
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, comm: Intracomm, contained: bool = False) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, comm: Intracomm, contained: bool = False,
+                 clock: StopClock | None = None) -> None:
         from mpi4py import MPI
 
         self.cfg, self.run_dir, self.comm, self.contained = cfg, run_dir, comm, contained
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)  # the ranks on this machine
+        clock = clock if clock is not None else StopClock()
+        self.stops = RankStops(comm)
+        clock.peers = self.stops
         self.local = LocalExecutor(cfg, run_dir, [i for i in range(cfg.most_members) if self.owner(i) == self.rank],
-                                   local_rank=node.Get_rank())
+                                   local_rank=node.Get_rank(), clock=clock)
         self._until = 0
         """The planned end of the last round trained or restored (the progress bar's count of other ranks')."""
         self.population: set[int] = set()
@@ -210,14 +255,26 @@ class MPIExecutor(Executor):
     def train_round(self, round_: int, until: int, test_seed: int | None, start_seed: int | None,
                     advance: Callable[[int], None]) -> list[Trained]:
         with self.together():
-            mine = self.local.train_round(round_, until, test_seed, start_seed, advance)
-        gathered = self.comm.gather(mine, root=0)
-        if gathered is None:
+            mine, inside = self.local.train_members(round_, until, test_seed, start_seed, advance)
+        # every rank learns of a stop on any rank here, and stops with it (at the latest before the next round)
+        reports = self.comm.allgather((mine, inside, self.local.clock.reason))
+        reason = next((r if rank == self.rank or r.startswith("rank ") else f"rank {rank}'s {r}"
+                       for rank, (_, _, r) in enumerate(reports) if r is not None), None)
+        if reason is not None:
+            self.local.clock.request(reason, told=True)
+        everyone = sorted((t for part, _, _ in reports for t in part), key=lambda t: t.member)
+        if reason is not None and len(everyone) < len(self.population):
+            self.local.keep_through(round_, mine)
+            self.stops.drain()
+            stopped_inside = {i: steps for _, part, _ in reports for i, steps in part.items()}
+            raise RunStopped(stop_message(reason, round_, [t.member for t in everyone], stopped_inside,
+                                          len(self.population), self.run_dir.path))
+        if not self.coordinator:
             return []
-        others = [t for part in gathered[1:] for t in part]
+        others = [t for t in everyone if self.owner(t.member) != self.rank]
         advance(len(others) * max(until - self._until, 0))  # the bar counts the other ranks' members at the end
         self._until = until
-        return sorted(mine + others, key=lambda t: t.member)
+        return everyone
 
     def apply(self, decisions: Sequence[Decision], round_: int) -> None:
         crossing = [d for d in decisions if d.copies and self.owner(d.donor) != self.owner(d.member)]
@@ -293,15 +350,16 @@ class MPIExecutor(Executor):
 
 
 class MPIRunner(RoundLoop):
-    """The round loop with the population spread over the ranks of ``comm``."""
+    """The round loop with the population spread over the ranks of ``comm`` (``clock``: this rank's, when it
+    stops inside a round)."""
 
     def __init__(self, cfg: RunConfig, run_dir: RunDir, comm: Intracomm, contained: bool = False,
-                 write_config: bool = False) -> None:
-        super().__init__(cfg, run_dir, MPIExecutor(cfg, run_dir, comm, contained), write_config)
+                 write_config: bool = False, clock: StopClock | None = None) -> None:
+        super().__init__(cfg, run_dir, MPIExecutor(cfg, run_dir, comm, contained, clock), write_config)
 
 
 def run_on_ranks(comm: Intracomm, contained: bool, path: Path, config: Callable[[], RunConfig],
-                 write_config: bool = False) -> History | None:
+                 write_config: bool = False, clock: StopClock | None = None) -> History | None:
     """This rank's part of a run under MPI, once rank 0 has sent :data:`Kind.START`.
 
     ``config``: rank 0's resolved config; on another rank, rank 0's resolved again on
@@ -324,9 +382,9 @@ def run_on_ranks(comm: Intracomm, contained: bool, path: Path, config: Callable[
     try:
         with together(comm, contained, describe):
             cfg = config()
-        runner = MPIRunner(cfg, RunDir(path), comm, contained, write_config)
+        runner = MPIRunner(cfg, RunDir(path), comm, contained, write_config, clock)
         return runner.run()
-    except (KeyboardInterrupt, SystemExit, RunFailed):
+    except (KeyboardInterrupt, SystemExit, RunFailed, RunStopped):
         raise
     except BaseException as err:  # noqa: B036 - any failure must end the whole job, not hang it
         abort(*describe(err))

@@ -26,13 +26,14 @@ from pbx.run_dir import RunDir
 from pbx.runners.announce import start_line
 from pbx.runners.loop import RunFailed
 from pbx.runners.mpi import Kind, abort, receive, run_on_ranks, send, world
+from pbx.runners.stopping import STOPPED_EXIT, RunStopped, StopClock
 from pbx.runners.sync import SyncRunner
 from pbx.settings import RunSettings, load_yaml, parse_override
 
 if TYPE_CHECKING:
     from mpi4py.MPI import Intracomm
 
-RESUMABLE = ("max_budget", "eval_every", "eval_episodes", "device", "runner", "comm")
+RESUMABLE = ("max_budget", "eval_every", "eval_episodes", "device", "runner", "comm", "checkpoint_minutes")
 """Settings a resumed run may change: none of them changes a decision already taken."""
 
 
@@ -124,20 +125,29 @@ def use_mpi(cfg: RunConfig, comm: Intracomm | None) -> bool:
     return cfg.run.runner == "mpi" or size > 1
 
 
-def launch(setup: Callable[[Intracomm | None], Setup], contained: bool = False) -> tuple[RunDir, History] | None:
+def launch(setup: Callable[[Intracomm | None], Setup], contained: bool = False,
+           clock: StopClock | None = None) -> tuple[RunDir, History] | None:
     """Set a run up with ``setup`` (given the MPI world, None without a launcher) and train it to its budget;
     its folder and history, or None on an MPI rank other than 0, which trains its members of rank 0's run
     (:func:`follow_run`).
 
+    ``clock``: when it stops before its end (a time limit, a sweep's; :mod:`pbx.runners.stopping`); SIGTERM,
+    SIGINT and SIGUSR1 stop it at its members' next rollout boundary while it trains, and every
+    ``checkpoint_minutes`` the member training saves its round in progress.
+
     Raises :class:`UsageError` for bad input (a new run's folder it made is removed
-    again), :class:`RunFailed` for a run that failed on some rank, and
-    KeyboardInterrupt with the finished rounds saved (after a line saying how to go
-    on). ``contained`` (a sweep's run): under MPI a failure on any rank ends this
-    run on every rank, not the job.
+    again), :class:`RunFailed` for a run that failed on some rank, :class:`RunStopped`
+    for a run stopped with all its work saved, and KeyboardInterrupt (a second
+    signal) with the finished rounds saved (after a line saying how to go on).
+    ``contained`` (a sweep's run): under MPI a failure on any rank ends this run on
+    every rank, not the job.
     """
+    clock = clock if clock is not None else StopClock()
     comm = world()
     if comm is not None and comm.Get_rank() > 0:
-        code = follow_run(comm)
+        code = follow_run(comm, clock)
+        if code == STOPPED_EXIT:
+            raise RunStopped(f"rank {comm.Get_rank()}: stopped (rank 0 says how to go on)")
         if code:
             raise RunFailed(f"rank {comm.Get_rank()}: rank 0 refused or ended the run (it says why)", code)
         return None
@@ -145,10 +155,11 @@ def launch(setup: Callable[[Intracomm | None], Setup], contained: bool = False) 
     try:
         ready = setup(comm)
         cfg, run_dir = ready.cfg, ready.run_dir
+        clock.save_every_s = 60 * cfg.run.checkpoint_minutes
         size = comm.Get_size() if comm is not None else 1
         # A resume's changes are written once the runner has checked the folder: a refused resume changes nothing.
         rewrite = ready.changed and ready.resumed
-        with run_dir.lock():
+        with run_dir.lock(), clock.on_signals():
             fresh = ready.made  # under the lock: a folder another process holds is never this run's to remove
             if not ready.resumed:
                 cfg.write(run_dir.config)
@@ -156,9 +167,9 @@ def launch(setup: Callable[[Intracomm | None], Setup], contained: bool = False) 
             if comm is not None and ready.mpi:
                 send(comm, Kind.START, (cfg.to_dict(), run_dir.path, contained))
                 started = True
-                history = run_on_ranks(comm, contained, run_dir.path, lambda: cfg, write_config=rewrite)
+                history = run_on_ranks(comm, contained, run_dir.path, lambda: cfg, write_config=rewrite, clock=clock)
             else:
-                history = SyncRunner(cfg, run_dir, write_config=rewrite).run()
+                history = SyncRunner(cfg, run_dir, write_config=rewrite, clock=clock).run()
             assert history is not None  # this process is the coordinator
             return run_dir, history
     except KeyboardInterrupt:
@@ -178,16 +189,20 @@ def launch(setup: Callable[[Intracomm | None], Setup], contained: bool = False) 
             send(comm, Kind.REFUSED)  # the other ranks wait for the run: there is none
 
 
-def follow_run(comm: Intracomm) -> int:
+def follow_run(comm: Intracomm, clock: StopClock | None = None) -> int:
     """An MPI rank other than 0: train its members of the run rank 0 starts (and reports on); the exit code."""
     message = receive(comm, Kind.START, Kind.REFUSED)
     if message.kind is Kind.REFUSED:
         return 2  # rank 0 refused the input (or runs without MPI) and said why
     raw, path, contained = message.payload
+    clock = clock if clock is not None else StopClock()
     try:
-        history = run_on_ranks(comm, contained, path, lambda: resolve([raw]))
+        with clock.on_signals():
+            history = run_on_ranks(comm, contained, path, lambda: resolve([raw]), clock=clock)
     except KeyboardInterrupt:
         abort(f"rank {comm.Get_rank()}: interrupted; the finished rounds are saved in {path}", 130)
+    except RunStopped:
+        return STOPPED_EXIT  # rank 0 says how to go on
     except RunFailed as err:
         return err.code  # rank 0 says what failed
     assert history is None
@@ -196,7 +211,8 @@ def follow_run(comm: Intracomm) -> int:
 
 def exit_code(start: Callable[[], object]) -> int:
     """A command's exit status for ``start`` (a :func:`launch`): 0, 2 for bad input and a failed run's code,
-    each after its one ``error:`` line, or 130 when interrupted."""
+    each after its one ``error:`` line, :data:`STOPPED_EXIT` after the line that says how to go on, or 130 when
+    interrupted."""
     try:
         start()
     except KeyboardInterrupt:
@@ -207,6 +223,9 @@ def exit_code(start: Callable[[], object]) -> int:
     except RunFailed as err:
         print(f"error: {err}", file=sys.stderr)
         return err.code
+    except RunStopped as err:
+        print(err, file=sys.stderr)
+        return STOPPED_EXIT
     return 0
 
 

@@ -8,16 +8,19 @@ are files in the run folder, and an exploit loads the donor's file.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Callable, Collection, Mapping, Sequence
 
 from pbx.config import RunConfig
 from pbx.errors import UsageError
 from pbx.history import RESULT_ROLE
-from pbx.members import Diverged, Member, MemberContext
+from pbx.members import Diverged, Member, MemberContext, Stopped
 from pbx.run_dir import RunDir
 from pbx.runners.common import finite_or_nan, member_seed
 from pbx.runners.loop import Executor, RoundLoop, Trained
+from pbx.runners.partial import done_record, read_record, start_score_from, trained_from, write_record
+from pbx.runners.stopping import RunStopped, StopClock, stop_message
 from pbx.space import Config
 from pbx.strategies import Decision
 
@@ -30,8 +33,10 @@ class LocalExecutor(Executor):
     """
 
     def __init__(self, cfg: RunConfig, run_dir: RunDir, indices: Sequence[int] | None = None,
-                 local_rank: int = 0) -> None:
+                 local_rank: int = 0, clock: StopClock | None = None) -> None:
         self.cfg = cfg
+        self.clock = clock if clock is not None else StopClock()
+        """When the members stop inside a round (:mod:`pbx.runners.stopping`)."""
         self.run_dir = run_dir
         self.indices = list(range(cfg.most_members)) if indices is None else list(indices)
         """The members this process trains or trained (a first population's extra members stay, for pruning)."""
@@ -80,15 +85,49 @@ class LocalExecutor(Executor):
 
     def train_round(self, round_: int, until: int, test_seed: int | None, start_seed: int | None,
                     advance: Callable[[int], None]) -> list[Trained]:
-        trained = [self._train_one(i, member, round_, until, test_seed, start_seed, advance)
-                   for i, member in self.members.items()]
+        through, inside = self.train_members(round_, until, test_seed, start_seed, advance)
+        if self.clock.reason is not None and len(through) < len(self.members):
+            self.keep_through(round_, through)
+            raise RunStopped(stop_message(self.clock.reason, round_, [t.member for t in through], inside,
+                                          len(self.members), self.run_dir.path))
+        return through
+
+    def train_members(self, round_: int, until: int, test_seed: int | None, start_seed: int | None,
+                      advance: Callable[[int], None]) -> tuple[list[Trained], dict[int, int]]:
+        """Train this process's members through the round, or as far as the run's clock lets them
+        (:mod:`pbx.runners.stopping`); the reports of those through it and the steps of each member stopped inside
+        it (saved there: :mod:`pbx.runners.partial`). A member not begun when the clock stops appears in neither.
+        The caller keeps the reports of a round that stops (:meth:`keep_through`)."""
+        through: list[Trained] = []
+        inside: dict[int, int] = {}
+        for i, member in self.members.items():
+            trained = self._train_one(i, member, round_, until, test_seed, start_seed, advance, through)
+            if trained is not None:
+                through.append(trained)
+            elif self.run_dir.part(i, round_).is_file():
+                inside[i] = member.steps
         self.current = None
-        return trained
+        return through, inside
 
     def _train_one(self, i: int, member: Member, round_: int, until: int, test_seed: int | None,
-                   start_seed: int | None, advance: Callable[[int], None]) -> Trained:
+                   start_seed: int | None, advance: Callable[[int], None], through: Sequence[Trained]) -> Trained | None:
+        """Member ``i``'s round: taken from disk where a stopped run had it through (``done.json``), continued where
+        it was stopped inside it (``part.ckpt``), else trained; None where the clock stopped it first."""
         self.current, before = i, member.steps
-        start_score = finite_or_nan(member.score_state(start_seed)) if start_seed is not None else float("nan")
+        done = self.run_dir.done_record(i, round_)
+        if done.is_file():
+            member.load(self.run_dir.checkpoint(i, round_), own=True)
+            advance(member.steps - before)
+            return trained_from(read_record(done), done)
+        part = self.run_dir.part(i, round_)
+        if part.is_file():
+            member.load(part, own=True)
+            start_score = start_score_from(read_record(self.run_dir.part_record(i, round_)), part)
+            before = member.steps
+        elif self.clock.stopping:
+            return None
+        else:
+            start_score = finite_or_nan(member.score_state(start_seed)) if start_seed is not None else float("nan")
         # The steps to the round's planned end in whole rollouts, at least one; none for a member already at or
         # past it (a rollout longer than t_ready, or a donor's steps), which skips the round (RunConfig.steps_due).
         steps = self.cfg.steps_due(member.steps, until, member.config)
@@ -98,7 +137,10 @@ class LocalExecutor(Executor):
                 # Its state is the one scored in the round before: the loop carries that score (RoundLoop._rows).
                 score, note, diverged, curve = float("nan"), _skip_note(member.steps, until), False, ()
             else:
-                score, note, diverged = finite_or_nan(member.train(steps)), "", False
+                raw = self._train(i, member, round_, steps, start_score, through)
+                if raw is None:
+                    return None
+                score, note, diverged = finite_or_nan(raw), "", False
                 curve = tuple((int(at), float(value)) for at, value in member.curve() if math.isfinite(value))
                 if math.isnan(score):
                     note = member.score_note()
@@ -116,6 +158,32 @@ class LocalExecutor(Executor):
         return Trained(member=i, steps=member.steps, score=score, test_score=test_score, config=member.config,
                        note=note, diverged=diverged, curve=curve, score100=score100, skipped=skipped,
                        start_score=start_score)
+
+    def _train(self, i: int, member: Member, round_: int, steps: int, start_score: float,
+               through: Sequence[Trained]) -> float | None:
+        """``member.train(steps)``, saved inside the round wherever the clock says (:class:`Stopped`): to stop
+        (None), or to bound what a kill loses and go on (the members through the round are kept with it)."""
+        if not member.stops_inside:
+            return member.train(steps)
+        self.clock.member_started()
+        while True:
+            try:
+                return member.train(steps, stop=self.clock.due)  # type: ignore[call-arg]
+            except Stopped:
+                began = time.monotonic()
+                write_record(self.run_dir.part_record(i, round_), {"start_score": start_score})
+                member.save(self.run_dir.part(i, round_))
+                self.keep_through(round_, through)
+                self.clock.saved(time.monotonic() - began)
+                if self.clock.stopping:
+                    return None
+
+    def keep_through(self, round_: int, through: Sequence[Trained]) -> None:
+        """Write the report of each member through the round that has none on disk yet (``done.json``)."""
+        for trained in through:
+            path = self.run_dir.done_record(trained.member, round_)
+            if not path.is_file():
+                write_record(path, done_record(trained))
 
     def apply(self, decisions: Sequence[Decision], round_: int) -> None:
         self.apply_from(decisions, lambda donor: self.run_dir.checkpoint(donor, round_))
@@ -154,7 +222,8 @@ def _skip_note(steps: int, until: int) -> str:
 
 
 class SyncRunner(RoundLoop):
-    """The round loop with every member in this process."""
+    """The round loop with every member in this process (``clock``: when it stops inside a round)."""
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, write_config: bool = False) -> None:
-        super().__init__(cfg, run_dir, LocalExecutor(cfg, run_dir), write_config)
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, write_config: bool = False,
+                 clock: StopClock | None = None) -> None:
+        super().__init__(cfg, run_dir, LocalExecutor(cfg, run_dir, clock=clock), write_config)

@@ -113,6 +113,11 @@ class OffPolicyMember(SB3Member):
     """An SB3 off-policy agent as a member; the agent's file adds its class, settings and defaults."""
 
     settings: OffPolicySettings
+
+    stops_inside = False
+    """A replay store keeps the segments of its two newest saves (:mod:`~pbx.members.offpolicy.replay_store`); a
+    save inside a round would be a third, and a kill after it could leave the last finished round's checkpoint
+    without its segments. An off-policy member trains its round whole; a stop takes effect after it."""
     model: OffPolicyRun
     chunk = "train_freq"
     live = ("gamma", "tau", "batch_size", "gradient_steps")

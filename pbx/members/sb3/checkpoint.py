@@ -28,6 +28,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from pbx.errors import UsageError
 from pbx.files import durable_write
+from pbx.members.sb3.episodes import InRound
 from pbx.members.sb3.process import seeded_cuda_state
 
 
@@ -78,6 +79,7 @@ class Checkpointed:
     _rng: dict[str, Any]
     _config: dict[str, Any]
     _cuda: bool
+    _round: InRound | None
     apply: Callable[[Any], None]
     _started: Callable[[np.ndarray], None]
 
@@ -137,6 +139,7 @@ class Checkpointed:
             "env_state": self._venv.get_state(),
             "rng": self._rng,
             "recent_episodes": list(model.ep_info_buffer or ()),
+            "in_round": None if self._round is None else self._round.state(),
         }
 
     def load(self, path: Path, *, own: bool) -> None:
@@ -170,6 +173,10 @@ class Checkpointed:
         # The optimizer load restored the saved lr into the param groups; apply sets it again.
         self._config = {}
         self.apply(state["config"])
+        # A round in progress (a mid-round save) is the member's own: a resume goes on with it, an exploit (between
+        # rounds, from a finished round's file) has none to take.
+        in_round = state.get("in_round") if own else None
+        self._round = None if in_round is None else InRound.restored(in_round)
 
     def _exploited(self, state: dict[str, Any], path: Path) -> None:
         """What an exploit does besides copying the donor's learner: the envs' latest observations, normalised by

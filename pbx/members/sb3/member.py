@@ -29,7 +29,7 @@ import re
 import warnings
 from abc import abstractmethod
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -37,15 +37,16 @@ import torch
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
 from pbx.envs import StatefulVecEnv, make_env  # isort: skip
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import CallbackList
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.utils import FloatSchedule
 
 from pbx.errors import UsageError
-from pbx.members.base import Diverged, MemberContext
+from pbx.members.base import Diverged, MemberContext, Stopped
 from pbx.members.sb3.agent import SB3Agent
 from pbx.members.sb3.checkpoint import Checkpointed
-from pbx.members.sb3.episodes import RoundEpisodes
+from pbx.members.sb3.episodes import Boundary, Halt, InRound, RoundEpisodes
 from pbx.members.sb3.learner import Learner
 from pbx.members.sb3.log import member_logger
 from pbx.members.sb3.normalize import Normalizer
@@ -114,6 +115,8 @@ class SB3Member(Checkpointed, SB3Agent):
         self._config: Config = {}
         self._note = ""
         self._curve: list[tuple[int, float]] = []
+        self._round: InRound | None = None
+        """The round in progress between a :class:`Stopped` and the call that finishes it (saved with the member)."""
         self.apply(config)
 
     @abstractmethod
@@ -177,27 +180,43 @@ class SB3Member(Checkpointed, SB3Agent):
     def _set(self, hp: Mapping[str, Any]) -> None:
         """Set the hyperparameters SB3 reads through a copy or a schedule (called by :meth:`apply`)."""
 
-    def train(self, steps: int) -> float:
-        """Train the whole chunks of the current length nearest to ``steps`` env steps (at least one).
+    stops_inside = True
+
+    def train(self, steps: int, stop: Callable[[], bool] | None = None) -> float:
+        """Train the whole chunks of the current length nearest to ``steps`` env steps (at least one), or go on
+        with the round in progress to its end.
+
+        Args:
+            steps: env steps to train (ignored when a round is in progress: see :class:`~pbx.members.Member`).
+            stop: asked before each chunk (rollout); where it says so the member raises :class:`Stopped`.
 
         Returns:
-            The mean return of the training episodes that started and ended during this
-            call, NaN if none did (:meth:`score_note` then says how many were left out).
+            The mean return of the training episodes that started and ended during the round (this call, or
+            the calls of one round that :class:`Stopped` split), NaN if none did (:meth:`score_note` then says
+            how many were left out).
 
         Raises:
             Diverged: the loss, the weights or an action went non-finite; the learner is
-                back in the state it had when the call started, and the steps count as trained.
+                back in the state it had when the round started, and the steps count as trained.
+            Stopped: ``stop()`` said so before a chunk; the round goes on at the next call.
         """
-        if steps <= 0:
-            raise UsageError(f"steps to train must be positive, got {steps}")
-        total = self.steps_trained(self.settings, self._config, steps)
-        episodes = RoundEpisodes(self.model._last_episode_starts)  # type: ignore[arg-type]
+        if self._round is None:
+            if steps <= 0:
+                raise UsageError(f"steps to train must be positive, got {steps}")
+            self._round = InRound(self.steps + self.steps_trained(self.settings, self._config, steps),
+                                  RoundEpisodes(self.model._last_episode_starts),  # type: ignore[arg-type]
+                                  self._learner_state())
+        round_, episodes = self._round, self._round.episodes
         self._curve = []
-        good = self._learner_state()
+        callback = [episodes] if stop is None else [episodes, Boundary(stop)]
+        halted = False
         with self._own_rng():
             try:
-                self.model.learn(total, callback=episodes, reset_num_timesteps=False, progress_bar=False)
+                self.model.learn(round_.end - self.steps, callback=CallbackList(callback), reset_num_timesteps=False,
+                                 progress_bar=False)
                 failure = None if self._finite() else "weights are not finite after the update"
+            except Halt:
+                halted, failure = True, None
             except Diverged as err:
                 # an off-policy agent refused a non-finite action before its envs stepped it (pbx.members.offpolicy.member)
                 failure = str(err)
@@ -206,9 +225,13 @@ class SB3Member(Checkpointed, SB3Agent):
                 if self._finite() and not _NON_FINITE.search(str(err)):
                     raise
                 failure = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
-        self.steps = self.model.num_timesteps = self.steps + total
+        if halted:
+            self.steps = int(self.model.num_timesteps)  # whole rollouts: the halt comes before one
+            raise Stopped(f"member {self.context.index} stopped at {self.steps:,} of {round_.end:,} steps")
+        self._round = None
+        self.steps = self.model.num_timesteps = round_.end
         if failure is not None:
-            self._set_learner_state(good)
+            self._set_learner_state(round_.start)
             raise Diverged(failure)
         # The last update's losses stay in the logger until the next dump; write them now, at this step.
         self.model.logger.dump(self.model.num_timesteps)

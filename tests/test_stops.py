@@ -1,0 +1,225 @@
+"""A run stopped inside a round (a signal, its time limit, a kill after a periodic save) resumes from its last
+rollout and ends with the uninterrupted run's history and curves: real ProcGen, real SB3 PPO, real signals, a real
+``mpiexec -n 2``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pbx.history import read_csv
+from pbx.run_dir import RunDir
+from pbx.runners.start import launch, new_run, resumed_run
+from pbx.runners.stopping import STOPPED_EXIT, RunStopped, StopClock, stop_message
+from pbx.train import main
+
+from conftest import built_once
+
+ROOT = Path(__file__).resolve().parent.parent
+MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+
+# bigfish, two members under PBT, 3 rounds of 4 rollouts (2 envs x 16 steps) each: 24 rollouts to stop between.
+BIGFISH = ["--env", "bigfish", "--search", "PBT", "--batchsize", "2", "--quantile", "0.5", "--t_ready", "128",
+           "--max_budget", "384", "--device", "cpu", "-m", "n_envs=2", "n_steps=16", "batch_size=16", "n_epochs=1",
+           "eval_episodes=1", "eval_max_steps=300"]
+LAYER = {"run": {"env": "bigfish", "search": "PBT", "pop_size": 2, "quantile": 0.5, "t_ready": 128,
+                 "max_budget": 384, "device": "cpu"},
+         "member": {"n_envs": 2, "n_steps": 16, "batch_size": 16, "n_epochs": 1, "eval_episodes": 1,
+                    "eval_max_steps": 300}}
+
+
+def records(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A run's history (less its wall clock) and curves."""
+    return (read_csv(folder / "history.csv").drop(columns="wall_s"),
+            pd.read_csv(folder / "curves.csv"))
+
+
+def assert_same_run(folder: Path, whole: Path) -> None:
+    for mine, theirs in zip(records(folder), records(whole)):
+        pd.testing.assert_frame_equal(mine, theirs)
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The uninterrupted run, trained once for the module's tests (and their workers)."""
+    return built_once(tmp_path_factory, "stops-whole", lambda folder: launch(lambda comm: new_run([LAYER],
+                                                                                                  run_dir=folder)))
+
+
+class StopAt(StopClock):
+    """A clock that stops the run at its members' ``at``-th rollout boundary, counted over the process."""
+
+    def __init__(self, at: int, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.at, self.boundaries = at, 0
+
+    def due(self) -> bool:
+        self.boundaries += 1
+        if self.boundaries == self.at:
+            self.request("the test")
+        return super().due()
+
+
+def test_stopped_inside_every_few_rollouts_resumes_to_the_uninterrupted_run(whole: Path, tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Stopped at every third rollout boundary of each process (so inside rounds, between members and at a
+    round's first rollout), resumed each time: the history and curves are the uninterrupted run's."""
+    folder = tmp_path / "stopped"
+    setup = lambda comm: new_run([LAYER], run_dir=folder)
+    stops = 0
+    while True:
+        try:
+            launch(setup, clock=StopAt(3))
+            break
+        except RunStopped as err:
+            stops += 1
+            assert f"continue with --resume {folder}" in str(err)
+            parts = list((folder / "checkpoints").glob("*.part.ckpt"))
+            assert parts or "not begun" in str(err) or "through it" in str(err), err
+        setup = lambda comm: resumed_run(folder)
+    assert stops >= 8
+    assert_same_run(folder, whole)
+    assert not list((folder / "checkpoints").glob("*.part.*")) and not list((folder / "checkpoints").glob("*.done.*"))
+
+
+def test_periodic_saves_inside_rounds_change_nothing(whole: Path, tmp_path: Path) -> None:
+    """A save at every rollout boundary (``checkpoint_minutes`` as small as it goes), trained on in the same
+    process: the uninterrupted run's history, each save leaving the member's round whole."""
+    folder = tmp_path / "saved"
+    layer = {**LAYER, "run": {**LAYER["run"], "checkpoint_minutes": 1e-9}}
+    launch(lambda comm: new_run([layer], run_dir=folder))
+    assert_same_run(folder, whole)
+
+
+def wait_for(pattern: str, folder: Path, proc: subprocess.Popen, count: int = 1, timeout: float = 120) -> None:
+    """Wait until ``count`` files match ``pattern`` in ``folder``'s checkpoints (the process still running)."""
+    deadline = time.time() + timeout
+    while len(list((folder / "checkpoints").glob(pattern))) < count:
+        assert proc.poll() is None and time.time() < deadline, f"no {pattern} before the process ended"
+        time.sleep(0.02)
+
+
+def train(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "pbx.train", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_a_kill_after_a_periodic_save_and_a_sigterm_each_keep_the_round(whole: Path, tmp_path: Path) -> None:
+    """``kill -9`` once a member has saved inside round 0 (periodic saves every rollout), a resume, SIGTERM inside
+    round 1: exit 75 with one line naming how to go on; a resume ends with the uninterrupted run's history."""
+    folder = str(tmp_path / "run")
+    job = train(*BIGFISH, "-m", "checkpoint_minutes=1e-9", "--run-dir", folder)
+    wait_for("member_0.r0.part.ckpt", Path(folder), job)
+    job.kill()
+    job.wait()
+    assert not (Path(folder) / "history.csv").read_text().count("\n") > 1, "the kill should land inside round 0"
+    job = train("--resume", folder)
+    wait_for("member_*.r1.part.ckpt", Path(folder), job)
+    job.send_signal(signal.SIGTERM)
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == STOPPED_EXIT, err
+    assert err.startswith("stopped by SIGTERM in round 1 (") and err.endswith(f"continue with --resume {folder}\n")
+    assert err.count("\n") == 1, err
+    done = subprocess.run([sys.executable, "-m", "pbx.train", "--resume", folder], cwd=ROOT, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert_same_run(Path(folder), whole)
+
+
+def test_a_time_limit_stops_in_time_and_resumes_to_the_end(whole: Path, tmp_path: Path) -> None:
+    """``--time-limit`` (from the command's start) stops within the limit plus a rollout with exit 75; a loop of
+    ``--resume --time-limit`` finishes with the uninterrupted history."""
+    folder = str(tmp_path / "run")
+    limit, runs = 9.0, 0
+    args = [*BIGFISH, "--run-dir", folder]
+    while True:
+        began = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "pbx.train", *args, "--time-limit", str(limit)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=240)
+        runs += 1
+        if proc.returncode == 0:
+            break
+        assert proc.returncode == STOPPED_EXIT, proc.stderr
+        assert "stopped by its time limit of 9 s" in proc.stderr
+        assert time.monotonic() - began < limit + 3, "past the limit by more than a rollout and the save"
+        assert runs < 20
+        args = ["--resume", folder]
+    assert runs >= 2
+    assert_same_run(Path(folder), whole)
+
+
+def rank_pid(folder: str, rank: int, timeout: float = 60) -> int:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if folder.encode() in cmdline and f"PMI_RANK={rank}".encode() in environ:
+                return int(pid)
+        time.sleep(0.05)
+    raise AssertionError(f"no rank {rank} process for {folder}")
+
+
+def test_two_ranks_stop_inside_the_round_on_a_signal_to_mpiexec_or_to_one_rank(whole: Path, tmp_path: Path) -> None:
+    """Under ``mpiexec -n 2`` (a member on each rank, saving inside its round at every rollout): SIGTERM to mpiexec
+    inside round 0, then, resumed, SIGTERM to rank 1 alone inside round 1, which tells rank 0: each job exits 75
+    with rank 0's line; the last resume ends with the synchronous uninterrupted run's history and curves."""
+    folder = str(tmp_path / "mpi")
+
+    def job(*args: str) -> subprocess.Popen:
+        return subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "pbx.train", *args], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    first = job(*BIGFISH, "-m", "checkpoint_minutes=1e-9", "--run-dir", folder)
+    wait_for("member_*.r0.part.ckpt", Path(folder), first, count=2)
+    first.send_signal(signal.SIGTERM)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == STOPPED_EXIT and err.startswith("stopped by SIGTERM in round 0 ("), err
+    assert "member 0 saved inside it" in err and "member 1 saved inside it" in err, err
+    second = job("--resume", folder)
+    wait_for("member_*.r1.part.ckpt", Path(folder), second, count=2)
+    os.kill(rank_pid(folder, 1), signal.SIGTERM)
+    _, err = second.communicate(timeout=120)
+    assert second.returncode == STOPPED_EXIT and err.startswith("stopped by rank 1's SIGTERM in round 1 ("), err
+    last = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "pbx.train", "--resume", folder], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)
+    assert last.returncode == 0, last.stderr
+    assert_same_run(Path(folder), whole)
+
+
+def test_a_bad_time_limit_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("nan", "-5", "0", "inf", "soon"):
+        assert main(["--env", "toy", "--time-limit", bad, "--run-dir", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --time-limit must be a") and err.count("\n") == 1, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_stop_line_says_how_far_the_round_got(tmp_path: Path) -> None:
+    line = stop_message("SIGTERM", 3, [0, 2], {1: 4096}, 4, tmp_path)
+    assert line == (f"stopped by SIGTERM in round 3 (members 0, 2 through it; member 1 saved inside it at 4,096 "
+                    f"steps; 1 not begun): continue with --resume {tmp_path}")
+
+
+def test_a_resume_keeps_the_round_in_progress_and_the_prune_after_it_clears_it(tmp_path: Path) -> None:
+    run_dir = RunDir(tmp_path)
+    run_dir.checkpoints.mkdir()
+    names = ["member_0.r4.ckpt", "member_0.r5.part.ckpt", "member_0.r5.part.json", "member_1.r5.ckpt",
+             "member_1.r5.done.json", "member_1.r4.ckpt", "member_1.r6.ckpt.tmp", "member_0.replay.000001.npz"]
+    for name in names:
+        (run_dir.checkpoints / name).write_text("x")
+    run_dir.prune_checkpoints(keep_round=4, in_progress=True)
+    assert sorted(p.name for p in run_dir.checkpoints.iterdir()) == sorted(set(names) - {"member_1.r6.ckpt.tmp"})
+    run_dir.prune_checkpoints(keep_round=5)
+    assert sorted(p.name for p in run_dir.checkpoints.iterdir()) == ["member_0.replay.000001.npz",
+                                                                      "member_1.r5.ckpt"]
