@@ -54,8 +54,10 @@ improvement rates straight off this table, reports draw lineages from it, and
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import math
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -279,11 +281,13 @@ def read_csv(path: Path | str, space: Space | None = None) -> pd.DataFrame:
     pandas' guesses (NaN, ``"1"``). A last line without its newline is a write
     still in progress (a report of a live run) or torn by a kill, and is left
     out; any other row that does not hold one parsable field per column means the
-    file is damaged.
+    file is damaged. A ``.gz`` path is read through gzip (a committed record kept
+    compressed, such as ``history.csv.gz``).
     """
     try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as err:
+        text = (gzip.decompress(Path(path).read_bytes()).decode() if str(path).endswith(".gz")
+                else Path(path).read_text())
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as err:
         raise UsageError(f"{path}: not a readable pbx history file ({err})") from None
     rows = list(csv.reader(io.StringIO(text[:text.rfind("\n") + 1])))
     missing = [c for c in BASE_COLUMNS if c not in _ADDED and c not in (rows[0] if rows else [])]

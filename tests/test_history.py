@@ -1,4 +1,5 @@
 import dataclasses
+import gzip
 import math
 
 import pandas as pd
@@ -154,6 +155,18 @@ def test_read_csv_of_a_live_run_leaves_out_the_line_being_written(tmp_path) -> N
     with open(path, "a") as f:
         f.write("0,1,8,0.")
     assert read_csv(path, SPACE)["round"].tolist() == [0, 0]
+
+
+def test_read_csv_of_a_gzipped_history_reads_as_the_plain_file(tmp_path) -> None:
+    """docs/results/ keeps some runs' histories compressed (``history.csv.gz``): they read back bit for bit."""
+    path = tmp_path / "history.csv"
+    HistoryLog(path, SPACE, 2).append([_row(0, 0, 1.0, 0.5), _row(1, 0, 2.0, 0.5)])
+    packed = tmp_path / "history.csv.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    pd.testing.assert_frame_equal(read_csv(packed, SPACE), read_csv(path, SPACE))
+    packed.write_bytes(path.read_bytes())  # not gzip: refused as unreadable, not parsed
+    with pytest.raises(UsageError, match="history.csv.gz: not a readable pbx history file"):
+        read_csv(packed, SPACE)
 
 
 @pytest.mark.parametrize("damage, message", [

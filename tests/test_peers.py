@@ -107,6 +107,23 @@ def test_the_side_by_side_runs_small_with_an_ablation_arm_and_compares_by_log_di
                             "--arms", "cut", "--budget", "60", "--no-compare"], capture_output=True, text=True,
                            timeout=120, cwd=ROOT)
     assert again.returncode == 0 and "0 runs to go" in again.stdout  # finished runs are skipped
+    # --commit-to's copy gzips the large files, and compare.py reads it as the study; two folders read as one
+    sys.path.insert(0, str(script))
+    try:
+        import compare
+        import run_side_by_side
+    finally:
+        sys.path.pop(0)
+    study = tmp_path / "study"
+    run_side_by_side.copy_small_files(run_side_by_side.jobs(["toy-deceptive-zoo"], ["IPBT"], [0, 1], ["pbx"], []),
+                                      study, tmp_path / "default")
+    run_side_by_side.copy_small_files(run_side_by_side.jobs(["toy-deceptive-zoo"], ["IPBT"], [0, 1], [], ["cut"]),
+                                      study, tmp_path / "arm")
+    kept = tmp_path / "default" / "toy-deceptive-zoo" / "pbx" / "IPBT" / "s0"
+    assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "history.csv.gz", "strategy.csv.gz"]
+    assert compare.load(tmp_path / "default", tmp_path / "arm") == compare.load(study)
+    with pytest.raises(ValueError, match="s0.json is in more than one of"):
+        compare.load(study, tmp_path / "arm")
 
 
 def test_the_side_by_side_calls_equivalence_only_inside_its_margin() -> None:

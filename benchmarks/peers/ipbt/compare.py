@@ -24,11 +24,21 @@ switched on alone, ``pbx-<arm>``) against pbx's default runs of the same toy and
 seeds, the same difference with a 95% interval.
 
     .venv/bin/python benchmarks/peers/ipbt/compare.py /work/studies/ipbt_side_v2 [--out comparison.md]
+
+Several folders read as one study, each run from the one that holds it (a run in two is an error): the
+committed records under ``docs/results/`` keep the reference's runs in ``ipbt_side_v2`` only, so a version's
+tables are that version's folder and v2's, as ``docs/results.md`` gives them:
+
+    .venv/bin/python benchmarks/peers/ipbt/compare.py docs/results/ipbt_side_v6 docs/results/ipbt_side_v2
+
+A record's large files may be committed gzipped (``history.csv.gz``, ``history_fitness.yaml.gz``): each is read
+from the plain file where there is one, else from its ``.gz``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,19 +83,31 @@ class Run:
     and finished: it met none."""
 
 
+def record(folder: Path, name: str) -> Path:
+    """``folder / name``, or its gzipped copy ``name.gz`` where only that is there (a committed record)."""
+    plain = folder / name
+    packed = folder / f"{name}.gz"
+    return packed if not plain.exists() and packed.exists() else plain
+
+
+def record_text(folder: Path, name: str) -> str:
+    path = record(folder, name)
+    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+
+
 def pbx_run(folder: Path, marker: dict) -> Run:
-    frame = read_csv(folder / "history.csv")
+    frame = read_csv(record(folder, "history.csv"))
     final = member_row(frame, "best")["score"]
     return Run(float(final), float(member_row(frame, "kept")["score"]), len(generation_ends(frame)), marker["wall_s"],
                float(frame["wall_s"].max()))
 
 
 def reference_run(folder: Path, marker: dict) -> Run:
-    histories = yaml.safe_load((folder / "history_fitness.yaml").read_text())
+    histories = yaml.safe_load(record_text(folder, "history_fitness.yaml"))
     final = max(float(h[-1][1]) for h in histories)
-    answer = float(yaml.safe_load((folder / "best_info.yaml").read_text())["fitness"])
+    answer = float(yaml.safe_load(record_text(folder, "best_info.yaml"))["fitness"])
     restarts = len(list(folder.glob("best_info_*.yaml")))
-    return Run(final, answer, restarts, marker["wall_s"], float(yaml.safe_load((folder / "runtime.yaml").read_text())),
+    return Run(final, answer, restarts, marker["wall_s"], float(yaml.safe_load(record_text(folder, "runtime.yaml"))),
                int(marker.get("flat_guards", 0)))
 
 
@@ -93,15 +115,19 @@ Runs = dict[str, dict[str, dict[str, dict[int, Run]]]]
 """toy -> side (``pbx``, ``reference``, ``pbx-<arm>``) -> algorithm -> seed -> run."""
 
 
-def load(root: Path) -> Runs:
-    """Every run whose marker says it finished."""
+def load(*roots: Path) -> Runs:
+    """Every run whose marker says it finished, under any of ``roots`` (a run found under two is an error)."""
     runs: Runs = {}
-    for marker in sorted(root.glob("*/*/*/s*.json")):
-        algo_dir = marker.parent
-        side, toy = algo_dir.parent.name, algo_dir.parent.parent.name
-        info = json.loads(marker.read_text())
-        run = (reference_run if side == "reference" else pbx_run)(marker.with_suffix(""), info)
-        runs.setdefault(toy, {}).setdefault(side, {}).setdefault(algo_dir.name, {})[int(marker.stem[1:])] = run
+    for root in roots:
+        for marker in sorted(root.glob("*/*/*/s*.json")):
+            algo_dir = marker.parent
+            side, toy = algo_dir.parent.name, algo_dir.parent.parent.name
+            info = json.loads(marker.read_text())
+            run = (reference_run if side == "reference" else pbx_run)(marker.with_suffix(""), info)
+            by_seed = runs.setdefault(toy, {}).setdefault(side, {}).setdefault(algo_dir.name, {})
+            if int(marker.stem[1:]) in by_seed:
+                raise ValueError(f"{marker.relative_to(root)} is in more than one of {[str(r) for r in roots]}")
+            by_seed[int(marker.stem[1:])] = run
     return runs
 
 
@@ -219,10 +245,11 @@ def time_table(runs: Runs, toy: str) -> str:
                            "generation ends/run (min–max)", "flat generations guarded"], rows)
 
 
-def report(root: Path) -> str:
-    runs = load(root)
+def report(*roots: Path) -> str:
+    runs = load(*roots)
+    where = ", ".join(f"`{root}`" for root in roots)
     lines = ["# pbx's BG-PBT and IPBT against the authors' code on PBT-Zoo's toys", "",
-             f"Population 8, step 10. Runs from `{root}`. Score: log(1.2 − score), the log distance to the optimum "
+             f"Population 8, step 10. Runs from {where}. Score: log(1.2 − score), the log distance to the optimum "
              f"(lower is better). Equivalence margin ±{MARGIN} on its mean. Intervals: rliable's stratified "
              f"bootstrap over seeds (IQM, P), a percentile bootstrap over seeds (differences).", ""]
     for toy in [t for t in TOYS if t in runs] + sorted(set(runs) - set(TOYS)):
@@ -237,10 +264,11 @@ def report(root: Path) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("root", type=Path, help="the study's folder (run_side_by_side.py --dir)")
+    p.add_argument("root", type=Path, nargs="+", help="the study's folder (run_side_by_side.py --dir); several "
+                   "read as one study")
     p.add_argument("--out", type=Path, help="also write the report here")
     args = p.parse_args()
-    text = report(args.root)
+    text = report(*args.root)
     if args.out is not None:
         args.out.write_text(text)
     print(text)

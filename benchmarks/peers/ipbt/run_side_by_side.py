@@ -26,8 +26,10 @@ folder). Runs go one at a time, niced, the default sides' runs of a seed togethe
 before the ablation's, so an interrupted study still has matched pairs.
 ``--commit-to`` copies each finished run's small files (pbx: ``config.yaml``,
 ``history.csv``, ``strategy.csv``; the reference: its ``*.yaml`` and ``data.csv``;
-the marker) into that folder of the repository and commits them, that folder's
-files only (``git commit -- <files>``).
+the marker) into that folder of the repository, the large ones gzipped
+(:data:`PACKED`: ``history.csv.gz``, which ``compare.py`` reads as it reads the
+study's plain files), and commits them, that folder's files only
+(``git commit -- <files>``).
 
 The reference checkout (not in this repository; its code stays out of it):
 
@@ -54,6 +56,7 @@ log (``s<seed>.log``) and marker.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -69,6 +72,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 SIDES = ("pbx", "reference")
 POP_SIZE = 8
+PACKED = frozenset({"history.csv", "strategy.csv", "data.csv", "history_fitness.yaml", "history_population.yaml",
+                    "history_solution.yaml"})
+"""The small files ``--commit-to`` commits gzipped (``<name>.gz``): a run's rows, most of its bytes."""
 
 
 @dataclass(frozen=True)
@@ -186,15 +192,26 @@ def small_files(job: Job, root: Path) -> list[Path]:
     return [job.marker(root)] + [folder / name for name in names if (folder / name).is_file()]
 
 
-def keep(done: list[Job], root: Path, dest: Path) -> None:
-    """Copy the small files of the ``done`` runs under ``dest`` (a folder of the repository) where they are not
-    yet, and commit that folder's new or changed files (only those)."""
+def copy_small_files(done: list[Job], root: Path, dest: Path) -> None:
+    """Copy the small files of the ``done`` runs under ``dest`` where they are not yet, those in :data:`PACKED`
+    gzipped (the same bytes for the same file: no name or time in the header)."""
     for job in done:
         for path in small_files(job, root):
             target = dest / path.relative_to(root)
+            if path.name in PACKED:
+                target = target.with_name(f"{path.name}.gz")
             if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, target)
+                if path.name in PACKED:
+                    target.write_bytes(gzip.compress(path.read_bytes(), compresslevel=9, mtime=0))
+                else:
+                    shutil.copyfile(path, target)
+
+
+def keep(done: list[Job], root: Path, dest: Path) -> None:
+    """Copy the small files of the ``done`` runs under ``dest`` (a folder of the repository,
+    :func:`copy_small_files`) and commit that folder's new or changed files (only those)."""
+    copy_small_files(done, root, dest)
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", str(dest)],
                             cwd=ROOT, capture_output=True, text=True).stdout
     files = [line[3:] for line in status.splitlines() if line.strip()]
