@@ -14,8 +14,10 @@ import re
 import shutil
 import sys
 import tarfile
+import tempfile
 import time
-from pathlib import Path
+import zlib
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, NoReturn
 
 import torch
@@ -153,21 +155,75 @@ def archive(work: Path, target: Path, part_mb: float, archive_mb: float, say: Ca
 
 def unpack(prefix: Path, work: Path) -> list[str]:
     """Unpack an archive's parts (``prefix.tar.gz.00``, ``.01``, ...) into ``work/runs``, checkpoints expanded;
-    returns the runs it held. An archive that is not whole is one line, exit 2."""
-    parts = sorted(prefix.parent.glob(prefix.name + ".tar.gz.*"))
+    returns the runs it held.
+
+    Nothing is touched until the whole archive has been read: its parts decompressed, its tar listed and every
+    member checked (:func:`_opened`), extracted into a folder beside ``runs`` and every checkpoint expanded there.
+    Only then is ``runs`` replaced: the old one renamed away, the new one moved in, the old one deleted. A bad
+    archive is one line, exit 2, with ``work`` as it was (made only once the archive has been read, and removed
+    again if a checkpoint in it then fails to load)."""
+    tar = _opened(prefix)
+    made = next((p for p in reversed([work, *work.parents]) if not p.exists()), None)  # the outermost folder made
+    work.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix=".runs.unpacking.", dir=work))
+    try:
+        try:
+            with tar:
+                tar.extractall(fresh, filter="data")
+        except (tarfile.TarError, OSError) as err:
+            refuse(f"{prefix}: the archive's tar is damaged ({err})")
+        for path in sorted(fresh.rglob("*.ckpt")):
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=False)
+            except Exception as err:  # a damaged pickle raises whatever its bytes happen to make of it
+                refuse(f"{prefix}: the archive's {path.relative_to(fresh)} is not a checkpoint that loads "
+                       f"({type(err).__name__}: {err})")
+            torch.save(expand(state), path)
+        runs = sorted(p.name for p in fresh.iterdir() if p.is_dir())
+        if not runs:
+            refuse(f"{prefix}: the archive holds no run folder")
+    except BaseException:
+        shutil.rmtree(fresh, ignore_errors=True)
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+    old = work / "runs"
+    aside = Path(tempfile.mkdtemp(prefix=".runs.replaced.", dir=work))
+    if old.exists():
+        old.rename(aside)  # onto the empty folder just made: a rename within one file system
+    fresh.rename(old)
+    shutil.rmtree(aside)
+    return runs
+
+
+def _opened(prefix: Path) -> tarfile.TarFile:
+    """The archive ``prefix.tar.gz.NN`` read whole into memory and opened as a tar whose every member has been
+    checked: regular files and folders only, each under a run folder, none reaching outside it (an absolute name,
+    ``..``). A missing part, a damaged stream or an unsafe member is one line, exit 2."""
+    parts = sorted((p for p in prefix.parent.glob(prefix.name + ".tar.gz.*") if p.suffix[1:].isdigit()),
+                   key=lambda p: int(p.suffix[1:]))  # .100 after .99
     if not parts:
         refuse(f"no archive parts {prefix}.tar.gz.00, ... found")
+    if [int(p.suffix[1:]) for p in parts] != list(range(len(parts))):
+        refuse(f"{prefix}: the archive's parts are not numbered 00, 01, ... without a gap "
+               f"({', '.join(p.name for p in parts)})")
     try:
         data = gzip.decompress(b"".join(p.read_bytes() for p in parts))
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, zlib.error) as err:
         refuse(f"{parts[0].parent}: the archive's {len(parts)} part(s) are not one whole gzip stream ({err})")
-    runs = work / "runs"
-    shutil.rmtree(runs, ignore_errors=True)
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(runs, filter="data")
-    for path in runs.rglob("*.ckpt"):
-        torch.save(expand(torch.load(path, map_location="cpu", weights_only=False)), path)
-    return sorted(p.name for p in runs.iterdir() if p.is_dir())
+    try:
+        tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
+        members = tar.getmembers()
+    except tarfile.TarError as err:
+        refuse(f"{prefix}: the archive's {len(parts)} part(s) are gzip but not a tar ({err})")
+    for member in members:
+        name = PurePosixPath(member.name)
+        if not (member.isfile() or member.isdir()) or name.is_absolute() or ".." in name.parts \
+                or (member.isfile() and len(name.parts) < 2):
+            tar.close()
+            refuse(f"{prefix}: the archive holds {member.name!r}, which is not a file or folder inside a run folder "
+                   f"(an archive that gpu_campaign.py wrote holds only those)")
+    return tar
 
 
 RESULTS = ROOT / "docs" / "results" / "procgen_campaign"

@@ -112,12 +112,12 @@ def main(argv: list[str] | None = None) -> None:
     pin_cores(parser, args.cores)
     device = pick_device(parser, args.device)
     c = Campaign(args.work.resolve(), args.setting, device, time.monotonic() + args.limit)
-    c.work.mkdir(parents=True, exist_ok=True)
     where = torch.cuda.get_device_name(0) if device == "cuda" else "CPU"
     c.say(f"campaign on {device} ({where}), limit {args.limit:.0f} s, setting {args.setting}, "
           f"arms {', '.join(args.arms)}, torch {torch.__version__}")
-    if args.resume_from is not None:
+    if args.resume_from is not None:  # before --work is made: a bad archive leaves nothing behind
         c.say(f"resumed from {args.resume_from}: runs {', '.join(unpack(args.resume_from, c.work))}")
+    c.work.mkdir(parents=True, exist_ok=True)
     base = list(TINY) if args.setting == "tiny" else []
     if not args.skip_bench:
         bench(c, SHARES["bench"] * args.limit)

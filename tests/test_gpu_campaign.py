@@ -12,6 +12,7 @@ import tarfile
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import torch
 
 from conftest import ROOT
@@ -79,12 +80,102 @@ def test_a_tiny_campaign_trains_delivers_and_the_next_one_continues_its_runs(tmp
     assert all(diffs == [32] for diffs in steps), steps
 
 
-def test_a_damaged_archive_is_one_line(tmp_path: Path) -> None:
-    (tmp_path / "archive.tar.gz.00").write_bytes(b"not gzip")
+def files(folder: Path) -> dict[str, bytes | None]:
+    """Every path under ``folder`` and its bytes (None: a folder)."""
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+def earlier_runs(work: Path) -> dict[str, bytes | None]:
+    """``work/runs`` as an earlier loan left it: what a refused archive must leave byte for byte."""
+    run = work / "runs" / "bigfish_none"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "history.csv").write_text("member,round,score\n0,0,1.0\n")
+    (run / "checkpoints" / "member_0.r0.ckpt").write_bytes(b"weights")
+    return files(work)
+
+
+def tar_of(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_an_archive_that_is_gzip_but_not_tar_leaves_the_runs_as_they_were(tmp_path: Path) -> None:
+    """The command as a user runs it: one line, exit 2, ``--work/runs`` byte for byte unchanged (it was deleted
+    before the archive was opened); an archive that is not gzip at all, and one that is missing, likewise (the
+    missing one without making ``--work``)."""
+    before = earlier_runs(tmp_path / "w")
+    for data, says in ((gzip.compress(b"not a tar" * 100), "gzip but not a tar"),
+                       (b"not gzip", "not one whole gzip stream")):
+        (tmp_path / "archive.tar.gz.00").write_bytes(data)
+        proc = run("--limit", "30", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
+                   "--work", str(tmp_path / "w"), "--resume-from", str(tmp_path / "archive"), timeout=120)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
+        assert files(tmp_path / "w") == before
     proc = run("--limit", "30", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
-               "--work", str(tmp_path / "w"), "--resume-from", str(tmp_path / "archive"), timeout=120)
-    assert proc.returncode == 2 and "not one whole gzip stream" in proc.stderr
-    assert "Traceback" not in proc.stderr
+               "--work", str(tmp_path / "new"), "--resume-from", str(tmp_path / "missing"), timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: no archive parts"), proc.stderr
+    assert not (tmp_path / "new").exists()
+
+
+UNSAFE = {
+    "a member outside the folder": {"../escaped": b"x"},
+    "an absolute member": {"/tmp/absolute": b"x"},
+    "a file beside the run folders": {"loose.txt": b"x"},
+    "a checkpoint that does not load": {"bigfish_none/history.csv": b"h", "bigfish_none/checkpoints/m.r0.ckpt": b"?"},
+    "no run folder": {},
+}
+
+
+@pytest.mark.parametrize("fault", [*UNSAFE, "a symbolic link", "a truncated tar", "a missing part"])
+def test_a_bad_archive_is_one_line_and_changes_nothing(fault: str, tmp_path: Path, capsys) -> None:
+    """Every fault found while the archive is read, checked or expanded is one line and exit 2, with ``work/runs``
+    byte for byte as it was and nothing left beside it (nor a ``work`` made)."""
+    work = tmp_path / "w"
+    before = earlier_runs(work)
+    if fault == "a symbolic link":
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            link = tarfile.TarInfo("bigfish_none/link")
+            link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(link)
+        data = buffer.getvalue()
+    elif fault == "a truncated tar":
+        data = tar_of({"bigfish_none/history.csv": b"h" * 5000})[:2048]
+    else:
+        data = tar_of(UNSAFE.get(fault, {"bigfish_none/history.csv": b"h"}))
+    packed = gzip.compress(data)
+    (tmp_path / "archive.tar.gz.00").write_bytes(packed)
+    if fault == "a missing part":
+        (tmp_path / "archive.tar.gz.02").write_bytes(b"")
+    for into in (work, tmp_path / "new" / "w"):  # a --work that does not exist yet is not left made
+        with pytest.raises(SystemExit) as ended:
+            archive.unpack(tmp_path / "archive", into)
+        err = capsys.readouterr().err
+        assert ended.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert files(work) == before
+    assert not (tmp_path / "new").exists() and not (tmp_path / "escaped").exists()
+
+
+def test_a_good_archive_replaces_the_runs_whole(tmp_path: Path) -> None:
+    """The runs an archive holds replace the folder's (a run it does not hold goes), checkpoints expanded; a
+    ``--work`` that does not exist yet is made."""
+    source = tmp_path / "source"
+    (source / "runs" / "starpilot_none" / "checkpoints").mkdir(parents=True)
+    (source / "runs" / "starpilot_none" / "config.yaml").write_text("run: {}\n")
+    torch.save({"policy": {"w": torch.ones(3)}}, source / "runs" / "starpilot_none" / "checkpoints" / "m.r0.ckpt")
+    (tmp_path / "archive.tar.gz.00").write_bytes(archive._packed(source, "full"))
+    for work in (tmp_path / "w", tmp_path / "fresh"):
+        if work.name == "w":
+            earlier_runs(work)
+        assert archive.unpack(tmp_path / "archive", work) == ["starpilot_none"]
+        assert sorted(p.name for p in work.iterdir()) == ["runs"]
+        assert sorted(files(work / "runs")) == ["starpilot_none", "starpilot_none/checkpoints",
+                                                "starpilot_none/checkpoints/m.r0.ckpt", "starpilot_none/config.yaml"]
 
 
 def test_each_archive_level_loads_into_a_member_that_trains(tmp_path: Path) -> None:
