@@ -23,6 +23,7 @@ from pbx.members.ppo.settings import PPOSettings
 SCRIPT = ROOT / "benchmarks" / "gpu_campaign.py"
 sys.path.insert(0, str(SCRIPT.parent))  # as when the script runs: its folder first on the path
 import campaign_archive as archive  # noqa: E402
+import gpu_campaign as campaign  # noqa: E402
 
 
 def run(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
@@ -176,6 +177,23 @@ def test_a_good_archive_replaces_the_runs_whole(tmp_path: Path) -> None:
         assert sorted(p.name for p in work.iterdir()) == ["runs"]
         assert sorted(files(work / "runs")) == ["starpilot_none", "starpilot_none/checkpoints",
                                                 "starpilot_none/checkpoints/m.r0.ckpt", "starpilot_none/config.yaml"]
+
+
+@pytest.mark.parametrize("flags", [["--limit", "nan"], ["--limit", "inf"], ["--limit", "-1"], ["--limit", "5"],
+                                   ["--limit", "60", "--part-mb", "nan"], ["--limit", "60", "--part-mb", "-1"],
+                                   ["--limit", "60", "--part-mb", "1e-9"], ["--limit", "60", "--archive-mb", "inf"],
+                                   ["--limit", "60", "--archive-mb", "0"], ["--limit", "60", "--cores", "nan"],
+                                   ["--limit", "60", "--cores", "-1"], ["--limit", "60", "--cores", "0"]],
+                         ids=" ".join)
+def test_a_size_flag_out_of_its_range_is_one_line_before_anything_is_made(flags: list[str], tmp_path: Path,
+                                                                         capsys) -> None:
+    """``--limit nan`` was accepted (its runs then outlived the campaign), as ``nan`` and ``inf`` were by the other
+    size flags: each flag's value is finite and in range, or one line and exit 2 before ``--work`` is made."""
+    with pytest.raises(SystemExit) as ended:
+        campaign.main([*flags, "--setting", "tiny", "--device", "cpu", "--work", str(tmp_path / "w")])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert flags[-2] in err and not (tmp_path / "w").exists()
 
 
 def test_each_archive_level_loads_into_a_member_that_trains(tmp_path: Path) -> None:
