@@ -196,17 +196,29 @@ def test_a_size_flag_out_of_its_range_is_one_line_before_anything_is_made(flags:
     assert flags[-2] in err and not (tmp_path / "w").exists()
 
 
-def test_each_archive_level_loads_into_a_member_that_trains(tmp_path: Path) -> None:
-    settings = PPOSettings(n_envs=2, n_steps=16, batch_size=16, n_epochs=1, eval_episodes=0)
-    config = {"learning_rate": 5e-4, "ent_coef": 0.01, "clip_range": 0.2}
-    member = PPOMember(MemberContext(env="bigfish", index=0, seed=1, device="cpu"), settings, dict(config))
+SETTINGS = PPOSettings(n_envs=2, n_steps=16, batch_size=16, n_epochs=1, eval_episodes=0)
+CONFIG = {"learning_rate": 5e-4, "ent_coef": 0.01, "clip_range": 0.2}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[PPOMember, Path]:
+    """A bigfish member after one update (its IMPALA CNN shared by the policy's three feature extractors, as SB3
+    shares it), and its checkpoint in a campaign's ``runs/`` folder."""
+    member = PPOMember(MemberContext(env="bigfish", index=0, seed=1, device="cpu"), SETTINGS, dict(CONFIG))
     member.train(32)
-    member.save(tmp_path / "m.ckpt")
+    path = tmp_path_factory.mktemp("work") / "runs" / "bigfish_none" / "checkpoints" / "member_0.r0.ckpt"
+    path.parent.mkdir(parents=True)
+    member.save(path)
+    return member, path
+
+
+def test_each_archive_level_loads_into_a_member_that_trains(trained: tuple[PPOMember, Path], tmp_path: Path) -> None:
+    member, path = trained
     weights = member.model.policy.state_dict()
     for level in archive.LEVELS:
-        state = torch.load(tmp_path / "m.ckpt", map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=False)
         torch.save(archive.expand(archive.compact(state, level)), tmp_path / f"{level}.ckpt")
-        resumed = PPOMember(MemberContext(env="bigfish", index=0, seed=1, device="cpu"), settings, dict(config))
+        resumed = PPOMember(MemberContext(env="bigfish", index=0, seed=1, device="cpu"), SETTINGS, dict(CONFIG))
         resumed.load(tmp_path / f"{level}.ckpt", own=True)
         again = resumed.model.policy.state_dict()
         for key, value in weights.items():
@@ -225,6 +237,43 @@ def test_each_archive_level_loads_into_a_member_that_trains(tmp_path: Path) -> N
         assert resumed.steps == member.steps
         resumed.train(32)
         assert resumed.steps == member.steps + 32
+
+
+def test_each_archive_level_is_smaller_than_the_one_before(trained: tuple[PPOMember, Path]) -> None:
+    """On a real member's checkpoint, packed as the archive packs it; and the policy's shared feature extractor
+    stays one storage through compact and expand (a per-name cast made ``fp16-weights`` larger than ``full``)."""
+    _, path = trained
+    work = path.parent.parent.parent.parent
+    sizes = [len(archive._packed(work, level)) for level in archive.LEVELS]
+    assert all(a > b for a, b in zip(sizes, sizes[1:])), dict(zip(archive.LEVELS, sizes))
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    for policy in (archive.compact(dict(state), "fp16-weights")["policy"],
+                   archive.expand(archive.compact(dict(state), "fp16-weights"))["policy"]):
+        storages = {value.untyped_storage().data_ptr() for value in policy.values()}
+        assert len(storages) == len({value.untyped_storage().data_ptr() for value in state["policy"].values()})
+        name = "stacks.0.conv.weight"
+        assert policy[f"pi_features_extractor.{name}"].data_ptr() == policy[f"features_extractor.{name}"].data_ptr()
+
+
+def test_an_archive_that_cannot_fit_even_at_its_smallest_level_is_refused(trained: tuple[PPOMember, Path],
+                                                                          tmp_path: Path, capsys) -> None:
+    """One line and exit 2, with no part written and the earlier parts as they were; one that fits takes the first
+    level that does."""
+    _, path = trained
+    work = path.parent.parent.parent.parent
+    smallest = len(archive._packed(work, archive.LEVELS[-1])) / 1e6
+    (tmp_path / "archive.tar.gz.00").write_bytes(b"the last loan's")
+    said: list[str] = []
+    with pytest.raises(SystemExit) as ended:
+        archive.archive(work, tmp_path / "archive", 15, smallest * 0.9, said.append)
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and err.startswith("error: the archive is") and err.count("\n") == 1, err
+    assert [p.name for p in tmp_path.iterdir()] == ["archive.tar.gz.00"]
+    assert (tmp_path / "archive.tar.gz.00").read_bytes() == b"the last loan's"
+    assert len(said) == len(archive.LEVELS)  # each level's size, over the limit
+    fits = len(archive._packed(work, "no-first-moment")) / 1e6
+    archive.archive(work, tmp_path / "archive", 15, fits, said.append)
+    assert said[-1].startswith("archive at level no-first-moment"), said
 
 
 def test_the_archive_carries_each_runs_last_round_reading_its_history_once(tmp_path: Path, monkeypatch) -> None:
