@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +25,7 @@ SCRIPT = ROOT / "benchmarks" / "gpu_campaign.py"
 sys.path.insert(0, str(SCRIPT.parent))  # as when the script runs: its folder first on the path
 import campaign_archive as archive  # noqa: E402
 import gpu_campaign as campaign  # noqa: E402
+from campaign_phases import Arm, Campaign, start_command, train  # noqa: E402
 
 
 def run(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
@@ -194,6 +196,27 @@ def test_a_size_flag_out_of_its_range_is_one_line_before_anything_is_made(flags:
     err = capsys.readouterr().err
     assert ended.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     assert flags[-2] in err and not (tmp_path / "w").exists()
+
+
+def test_an_arm_stopped_before_its_first_round_starts_over_on_the_next_loan(tmp_path: Path) -> None:
+    """A run stopped before pbx wrote its history leaves ``config.yaml`` (and the empty folders), which a new run
+    in the folder refused ("already holds a run", exit 2, on every loan after) and ``--resume`` refuses too: the
+    arm starts over. A run with its history's header and no round yet is resumed (pbx resumes it)."""
+    work = tmp_path / "w"
+    folder = work / "runs" / "solo"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "tb").mkdir()
+    (folder / "config.yaml").write_text("run:\n  env: bigfish\n")
+    c = Campaign(work, "tiny", "cpu", time.monotonic() + 300)
+    one_round = [v if v != "320000" else "32" for v in campaign.TINY]
+    train(c, 240, one_round, [Arm("solo", "bigfish", "none", 1)])
+    assert any("solo: starts over" in line for line in c.log), c.log
+    assert any("ended by itself (0) at 1 rounds" in line for line in c.log), (work / "train_solo.txt").read_text()
+    assert len(pd.read_csv(folder / "history.csv")) == 1
+
+    (folder / "history.csv").write_text("member,round,steps\n")
+    assert "--resume" in start_command(c, Arm("solo", "bigfish", "none", 1), one_round, folder)
+    assert folder.is_dir()
 
 
 SETTINGS = PPOSettings(n_envs=2, n_steps=16, batch_size=16, n_epochs=1, eval_episodes=0)
