@@ -105,8 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-arrangements", action="store_true", help="leave out phase 2 (sharing the GPU)")
     parser.add_argument("--part-mb", type=float, default=15.0, help="the archive's part size (default 15 MB)")
     parser.add_argument("--archive-mb", type=float, default=18.0,
-                        help="the archive's size at most, where it can be kept (default 18 MB: what a GPU machine's "
-                             "64 MiB of sent files leave beside the slimmed kit and the working tree)")
+                        help="the archive's size at most (default 18 MB); what is sent to a GPU machine is 64 MiB "
+                             "in all, the slim kit and the working tree included (docs/gpu.md has their sizes)")
     args = parser.parse_args(argv)
     check_sizes(parser, args)
     pin_cores(parser, args.cores)
