@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> None:
                              "in all, the slim kit and the working tree included (docs/gpu.md has their sizes)")
     args = parser.parse_args(argv)
     check_sizes(parser, args)
+    if args.work.exists() and not args.work.is_dir():
+        parser.error(f"--work {args.work} is a file, not a folder: name a folder (made if missing)")
     pin_cores(parser, args.cores)
     device = pick_device(parser, args.device)
     c = Campaign(args.work.resolve(), args.setting, device, time.monotonic() + args.limit)

@@ -198,6 +198,15 @@ def test_a_size_flag_out_of_its_range_is_one_line_before_anything_is_made(flags:
     assert flags[-2] in err and not (tmp_path / "w").exists()
 
 
+def test_a_work_folder_that_is_a_file_is_one_line(tmp_path: Path, capsys) -> None:
+    (tmp_path / "w").write_text("mine")
+    with pytest.raises(SystemExit) as ended:
+        campaign.main(["--limit", "60", "--setting", "tiny", "--device", "cpu", "--work", str(tmp_path / "w")])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and err.startswith("error: --work") and err.count("\n") == 1, err
+    assert (tmp_path / "w").read_text() == "mine"
+
+
 def test_an_arm_stopped_before_its_first_round_starts_over_on_the_next_loan(tmp_path: Path) -> None:
     """A run stopped before pbx wrote its history leaves ``config.yaml`` (and the empty folders), which a new run
     in the folder refused ("already holds a run", exit 2, on every loan after) and ``--resume`` refuses too: the
