@@ -194,13 +194,7 @@ def train(c: Campaign, seconds: float, base: list[str], arms: list[Arm]) -> None
     logs = []
     for arm in arms:
         folder = c.work / "runs" / arm.name
-        if (folder / "history.csv").is_file():
-            command = [sys.executable, "-m", "pbx.train", "--resume", str(folder), "--device", c.device]
-        else:
-            flags = base if c.setting == "tiny" else [*base, *arm.flags]
-            command = [sys.executable, "-m", "pbx.train", "--env", arm.env, "--search", arm.search, "--batchsize",
-                       str(arm.members), "--seed", str(arm.seed), "--device", c.device, *flags,
-                       "--run-dir", str(folder)]
+        command = start_command(c, arm, base, folder)
         out = open(c.work / f"train_{arm.name}.txt", "a")
         logs.append(out)
         running[arm.name] = (subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
@@ -235,6 +229,23 @@ def train(c: Campaign, seconds: float, base: list[str], arms: list[Arm]) -> None
         out.close()
 
 
+def start_command(c: Campaign, arm: Arm, base: list[str], folder: Path) -> list[str]:
+    """The ``pbx.train`` command that trains ``arm`` in ``folder``: ``--resume`` where pbx wrote the run's
+    ``config.yaml`` and ``history.csv`` (with or without a finished round: pbx resumes a run whose history is its
+    header alone), a new run otherwise. A folder the run was stopped in before pbx wrote its history holds a
+    ``config.yaml`` that makes a new run refuse ("already holds a run") and that ``--resume`` refuses too (no
+    history): the campaign wrote it, in its own work folder, and nothing of it is a finished round, so it goes and
+    the run starts over."""
+    if (folder / "config.yaml").is_file() and (folder / "history.csv").is_file():
+        return [sys.executable, "-m", "pbx.train", "--resume", str(folder), "--device", c.device]
+    if folder.exists():
+        c.say(f"train {arm.name}: starts over (stopped before pbx wrote its history, it had no round to continue)")
+        shutil.rmtree(folder)
+    flags = base if c.setting == "tiny" else [*base, *arm.flags]
+    return [sys.executable, "-m", "pbx.train", "--env", arm.env, "--search", arm.search, "--batchsize",
+            str(arm.members), "--seed", str(arm.seed), "--device", c.device, *flags, "--run-dir", str(folder)]
+
+
 def _rounds(folder: Path) -> int:
     """Finished rounds in a run folder's history (0 before the first)."""
     path = folder / "history.csv"
@@ -265,5 +276,7 @@ def deliver(c: Campaign, to: Path, part_mb: float, archive_mb: float) -> None:
             last = history[history["round"] == history["round"].max()]
             c.say(f"run {run.name}: {history['round'].max() + 1} rounds, {int(last['steps'].max()):,} env steps a "
                   f"member; last round's train scores {', '.join(f'{s:.2f}' for s in last['score'])}")
-    archive(c.work, to / "archive", part_mb, archive_mb, c.say)
-    (to / "summary.md").write_text("# GPU campaign\n\n" + "\n".join(f"- {line}" for line in c.log) + "\n")
+    try:
+        archive(c.work, to / "archive", part_mb, archive_mb, c.say)
+    finally:  # an archive refused as too large still leaves the summary of what was trained
+        (to / "summary.md").write_text("# GPU campaign\n\n" + "\n".join(f"- {line}" for line in c.log) + "\n")

@@ -39,11 +39,14 @@ device). ``docs/gpu.md`` has the whole loan, command by command.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+from pbx.errors import ArgumentParser
 
 from campaign_archive import collect, refuse, unpack
 from campaign_phases import Arm, Campaign, arrangements, bench, deliver, train
@@ -84,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
             refuse("usage: gpu_campaign.py collect DELIVERED")
         collect(Path(sys.argv[2]))
         return
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--limit", type=float, required=True, help="wall-clock seconds for the whole campaign")
     parser.add_argument("--work", type=Path, default=ROOT / "campaign", help="where the runs train (default campaign/)")
     parser.add_argument("--deliver", type=Path, default=None,
@@ -102,22 +105,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-arrangements", action="store_true", help="leave out phase 2 (sharing the GPU)")
     parser.add_argument("--part-mb", type=float, default=15.0, help="the archive's part size (default 15 MB)")
     parser.add_argument("--archive-mb", type=float, default=18.0,
-                        help="the archive's size at most, where it can be kept (default 18 MB: what a GPU machine's "
-                             "64 MiB of sent files leave beside the slimmed kit and the working tree)")
+                        help="the archive's size at most (default 18 MB); what is sent to a GPU machine is 64 MiB "
+                             "in all, the slim kit and the working tree included (docs/gpu.md has their sizes)")
     args = parser.parse_args(argv)
-    if args.limit <= DELIVER_S[args.setting]:
-        parser.error(f"--limit must be above the {DELIVER_S[args.setting]:.0f} s kept for delivering")
-    if args.part_mb <= 0 or args.archive_mb <= 0:
-        parser.error("--part-mb and --archive-mb must be positive")
+    check_sizes(parser, args)
+    if args.work.exists() and not args.work.is_dir():
+        parser.error(f"--work {args.work} is a file, not a folder: name a folder (made if missing)")
     pin_cores(parser, args.cores)
     device = pick_device(parser, args.device)
     c = Campaign(args.work.resolve(), args.setting, device, time.monotonic() + args.limit)
-    c.work.mkdir(parents=True, exist_ok=True)
     where = torch.cuda.get_device_name(0) if device == "cuda" else "CPU"
     c.say(f"campaign on {device} ({where}), limit {args.limit:.0f} s, setting {args.setting}, "
           f"arms {', '.join(args.arms)}, torch {torch.__version__}")
-    if args.resume_from is not None:
+    if args.resume_from is not None:  # before --work is made: a bad archive leaves nothing behind
         c.say(f"resumed from {args.resume_from}: runs {', '.join(unpack(args.resume_from, c.work))}")
+    c.work.mkdir(parents=True, exist_ok=True)
     base = list(TINY) if args.setting == "tiny" else []
     if not args.skip_bench:
         bench(c, SHARES["bench"] * args.limit)
@@ -125,6 +127,19 @@ def main(argv: list[str] | None = None) -> None:
         arrangements(c, SHARES["arrangements"] * args.limit, base or list(POPULATION))
     train(c, c.left() - DELIVER_S[args.setting], base, [a for a in ARMS if a.name in args.arms])
     deliver(c, (args.deliver or c.work).resolve(), args.part_mb, args.archive_mb)
+
+
+def check_sizes(parser: ArgumentParser, args: argparse.Namespace) -> None:
+    """Each size flag a finite number in its range, before anything is made (``nan`` is false in every comparison,
+    so a range check alone lets it through, and ``inf`` would let the runs outlive any limit): one line and exit 2
+    otherwise."""
+    deliver = DELIVER_S[args.setting]
+    ranges = (("--limit", args.limit, deliver, f"seconds, above the {deliver:.0f} s kept for delivering"),
+              ("--part-mb", args.part_mb, 0.0, "MB, positive and at least one byte (0.000001)"),
+              ("--archive-mb", args.archive_mb, 0.0, "MB, positive"))
+    for flag, value, low, what in ranges:
+        if not math.isfinite(value) or value <= low or (flag == "--part-mb" and value * 1e6 < 1):
+            parser.error(f"{flag} {value:g}: must be a finite number of {what}")
 
 
 if __name__ == "__main__":

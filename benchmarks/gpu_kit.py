@@ -1,8 +1,8 @@
 """Slim the GPU machines' kit (``.gpu/``) for the campaign's games, so a campaign's archive travels beside it.
 
-What is sent to a GPU machine here is 64 MiB in all: the working tree (about 11 MB), the kit that
-``../shared/gpu/make-kit.sh`` builds (53 MB, of which the procgen wheel is 47.6 MB) and, to continue
-earlier runs, ``gpu_campaign.py``'s archive. Most of the wheel is background images, and ProcGen
+What is sent to a GPU machine here is 64 MiB in all: the working tree (29.6 MB tracked at commit
+2ff0af1), the kit that ``../shared/gpu/make-kit.sh`` builds (59.4 MB, of which the procgen wheel is
+47.6 MB; this script slims it to 42.2 MB) and, to continue earlier runs, ``gpu_campaign.py``'s archive. Most of the wheel is background images, and ProcGen
 loads every game's images when it starts, whichever game runs; the campaign's games (bigfish,
 starpilot) draw none of the platform and top-down backgrounds (17 MB). This script rewrites the
 kit's procgen wheel with each image of the background folders that the given games do not draw

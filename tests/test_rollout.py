@@ -24,6 +24,15 @@ CASES = {
     # an MLP, Box actions clipped to their bounds, and 200-step episodes cut by the time limit inside the
     # rollout: the value bootstrap SB3 adds at a truncation
     "Pendulum-v1": {"n_envs": 2, "n_steps": 256, "batch_size": 128, "eval_episodes": 0},
+    # episodes that end for good inside the rollout (the untrained policy keeps the pole up about 20 steps, and
+    # CartPole's time limit is 500): SB3 adds no bootstrap there, and GAE stops at the episode's end
+    "CartPole-v1": {"n_envs": 2, "n_steps": 64, "batch_size": 64, "eval_episodes": 0},
+}
+WRITES = {
+    "host views": False,
+    # the path a GPU takes, where the step's numbers are written by torch ops into the device's tensors: on the
+    # CPU the buffer writes through NumPy views of the same memory instead, so the test forces it
+    "device ops": True,
 }
 FIELDS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns")
 
@@ -46,11 +55,14 @@ def weights(m: PPOMember) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in m.model.policy.state_dict().items()}
 
 
+@pytest.mark.parametrize("write", list(WRITES))
 @pytest.mark.parametrize("env", list(CASES))
-def test_the_direct_rollout_fills_sb3s_buffer_and_trains_sb3s_update_bit_for_bit(env: str) -> None:
+def test_the_direct_rollout_fills_sb3s_buffer_and_trains_sb3s_update_bit_for_bit(env: str, write: str) -> None:
     direct, sb3 = member(env), on_sb3_path(member(env))
     assert isinstance(direct.model.rollout_buffer, DeviceRolloutBuffer)
     assert type(sb3.model.rollout_buffer) is RolloutBuffer
+    if WRITES[write]:
+        direct.model.rollout_buffer._host = None  # the NumPy views of the device's tensors, made at the first reset
     seen: dict[str, Any] = {}
     for name, m in (("direct", direct), ("sb3", sb3)):
         get = m.model.rollout_buffer.get
@@ -64,8 +76,10 @@ def test_the_direct_rollout_fills_sb3s_buffer_and_trains_sb3s_update_bit_for_bit
     rollout = direct.settings.n_envs * direct.settings.n_steps
     scores = direct.train(2 * rollout), sb3.train(2 * rollout)
     np.testing.assert_equal(scores[0], scores[1])
-    if env == "Pendulum-v1":  # a truncation happened inside the recorded rollout: its bootstrap was exercised
+    if env != "bigfish":  # an episode ended inside the recorded rollout: Pendulum's by truncation (its bootstrap
+        # was exercised), CartPole's by termination (in the first 64 steps, before any time limit: none bootstrapped)
         assert seen["sb3"]["episode_starts"][1:].any()
+    assert (direct.model.rollout_buffer._host is None) == WRITES[write]
     for name in FIELDS:
         assert seen["direct"][name].dtype == seen["sb3"][name].dtype, name
         np.testing.assert_array_equal(seen["direct"][name], seen["sb3"][name], err_msg=name)
