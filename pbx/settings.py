@@ -11,6 +11,7 @@ and sweeps read stored settings through these without resolving a whole run.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -24,6 +25,9 @@ from pbx.yaml_files import read_yaml
 
 RUNNERS = ("auto", "sync", "mpi")
 COMM_MODES = ("p2p", "collective")
+MAX_MEMBERS = 10_000
+"""The most members a round trains (``pop_size``, or a larger first population): each is a learner of its own,
+and a population past this is a typo (``pop_size=1e6``) that would exhaust memory rather than a run."""
 
 
 def check_seed(seed: int, name: str) -> None:
@@ -95,8 +99,15 @@ class RunSettings:
 
     def __post_init__(self) -> None:
         self.algo = self.algo.lower()
-        if self.pop_size < 1:
-            raise UsageError(f"pop_size must be at least 1, got {self.pop_size}")
+        if not 1 <= self.pop_size <= MAX_MEMBERS:
+            raise UsageError(f"pop_size must be at least 1 and at most {MAX_MEMBERS:,} members, got {self.pop_size:,}")
+        # Checked whatever the selection, so a run whose --selection changes later (a sweep's variant) never
+        # holds a value its rule would refuse only then.
+        if not 0 < self.quantile <= 0.5:
+            raise UsageError(f"quantile must be in (0, 0.5], got {self.quantile}")
+        if not self.sigma_k > 0:
+            raise UsageError(f"sigma_k must be > 0 (leaders above mean + k std, underperformers below mean - k std; "
+                             f"1 is one standard deviation), got {self.sigma_k}")
         if self.t_ready is not None and self.t_ready <= 0:
             raise UsageError(f"t_ready must be a positive number of steps, got {self.t_ready}")
         if self.max_budget is not None and self.t_ready is not None and self.max_budget < self.t_ready:
@@ -143,7 +154,12 @@ def field_names(cls: type) -> set[str]:
 
 
 def coerce(name: str, value: Any, hint: Any) -> Any:
-    """Convert ``value`` to the type ``hint`` (int, float, str, bool or Optional of one)."""
+    """Convert ``value`` to the type ``hint`` (int, float, str, bool or Optional of one).
+
+    A float must be finite, whichever setting it is: nan slips past a range check written as ``value < low``,
+    and inf past one with no upper end, to fail later in training (IPBT's ``step_factor ** restarts``). Each
+    settings class checks its own ranges; what no setting ever takes is refused here, once for all of them.
+    """
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
@@ -166,11 +182,15 @@ def coerce(name: str, value: Any, hint: Any) -> Any:
         if hint is float:
             if isinstance(value, bool):
                 raise ValueError
-            return float(value)
+            number = float(value)
+            if math.isfinite(number):
+                return number
         if hint is str:
             if isinstance(value, (dict, list)):
                 raise ValueError
             return str(value)
     except (TypeError, ValueError, OverflowError):  # OverflowError: int() of an infinite float (1e400)
         raise UsageError(f"{name} must be {getattr(hint, '__name__', hint)}, got {value!r}") from None
+    if hint is float:  # the float branch returns finite numbers only
+        raise UsageError(f"{name} must be a finite number, got {value!r}")
     return value

@@ -98,6 +98,15 @@ BAD = [
     (["--seed", "-1"], "seed must be a whole number from 0 to 2**32 - 1, got -1"),
     (["-m", "seed=4294967296"], "seed must be a whole number from 0 to 2**32 - 1, got 4294967296"),
     (["-m", "max_budget=1e400"], "max_budget must be int, got '1e400'"),
+    # a number past a check's range: it trained a round, then died of OverflowError (1e400 is inf), or trained on
+    (["--search", "IPBT", "-m", "step_factor=1e400"], "step_factor must be a finite number, got '1e400'"),
+    (["--search", "IPBT", "-m", "shrink=.nan"], "shrink must be a finite number, got nan"),
+    (["--search", "IPBT", "-m", "ucb_kappa=.inf"], "ucb_kappa must be a finite number, got inf"),
+    (["--search", "IPBT", "-m", "perturb=1.5"], "perturb must be in [0, 1] (a restart's weights become"),
+    (["-m", "sigma_k=-1"], "sigma_k must be > 0"),  # checked whatever the selection
+    (["--selection", "wta", "-m", "quantile=2"], "quantile must be in (0, 0.5], got 2.0"),
+    (["--batchsize", str(10**18)], "pop_size must be at least 1 and at most 10,000 members, got 1,000,000,000,000,"),
+    (["--search", "IPBT", "-m", "init_factor=3000"], "--search IPBT trains 12,000 members in a round (3000 x"),
     (["--config", "missing.yaml"], "config file not found: missing.yaml"),
 ]
 
@@ -108,6 +117,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv: list[str], mes
     assert _exit_code([*env, "--run-dir", str(tmp_path / "run"), *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.startswith("error: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_plan_of_a_trillion_rounds_is_refused_at_once(tmp_path, capsys) -> None:
+    """It hung before the start line, its memory growing, building the plan a round at a time."""
+    start = time.perf_counter()
+    assert _exit_code(["--env", "toy", "--t_ready", "1", "--max_budget", "1000000000000",
+                       "--run-dir", str(tmp_path / "run")]) == 2
+    assert time.perf_counter() - start < 10
+    assert capsys.readouterr().err == (
+        "error: max_budget 1,000,000,000,000 in rounds of t_ready 1 is 1,000,000,000,000 rounds, more than a run "
+        "may plan (100,000): raise t_ready to at least 10,000,000 or lower max_budget\n")
     assert not (tmp_path / "run").exists()
 
 
