@@ -132,6 +132,27 @@ def test_a_plan_of_a_trillion_rounds_is_refused_at_once(tmp_path, capsys) -> Non
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("argv, message", [
+    # runs/ itself was the run; ../../x wrote outside runs/; '' trained into the working folder
+    (["--name", ""], "name must name a folder inside runs/ (the run folder is runs/<name>), got ''"),
+    (["--name", "../../x"], "name must name a folder inside runs/ (the run folder is runs/<name>), got '../../x'"),
+    (["--run-dir", ""], "--run-dir '' names no folder (it would train into the working folder)"),
+    (["--run-dir", "notes.txt"], "--run-dir notes.txt is a file, not a folder"),  # NotADirectoryError
+    (["--run-dir", "notes.txt/run"], "--run-dir notes.txt/run is under notes.txt, a file, not a folder"),
+])
+def test_a_run_folder_that_cannot_be_one_is_one_line_and_nothing_is_written(tmp_path, monkeypatch, capsys,
+                                                                           argv: list[str], message: str) -> None:
+    work = tmp_path / "work" / "here"  # runs/../../x from here is tmp_path/x
+    work.mkdir(parents=True)
+    (work / "notes.txt").write_text("mine")
+    monkeypatch.chdir(work)
+    assert _exit_code(["--env", "toy", "-m", "max_budget=8", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    assert sorted(tmp_path.rglob("*")) == [tmp_path / "work", work, work / "notes.txt"]
+    assert (work / "notes.txt").read_text() == "mine"
+
+
 # Settings a member checks against its env only as it is built, once the run folder is written.
 MEMBER_REFUSALS = [
     (["--env", "bigfish", "-m", "normalize_obs=true"], "normalize_obs is for MLP policies on vector observations"),
