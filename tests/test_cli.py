@@ -157,7 +157,11 @@ def test_a_run_folder_that_cannot_be_one_is_one_line_and_nothing_is_written(tmp_
 MEMBER_REFUSALS = [
     (["--env", "bigfish", "-m", "normalize_obs=true"], "normalize_obs is for MLP policies on vector observations"),
     (["--env", "CartPole-v1", "-m", "channels_last=true"],
-     "precision and channels_last are settings of the image policy (IMPALA CNN)"),
+     "channels_last=true is a setting of the image policy (IMPALA CNN) only"),
+    # tf32 (TF32 matrix products) applies to an MLP and is taken; bf16 changes the IMPALA CNN, and says so
+    (["--env", "CartPole-v1", "-m", "precision=bf16"],
+     "precision=bf16 is a setting of the image policy (IMPALA CNN) only; CartPole-v1's observations are vectors (an "
+     "MLP): leave it at its default (precision=tf32, TF32 matrix products on a GPU, applies to any policy)"),
 ]
 
 

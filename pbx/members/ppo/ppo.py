@@ -111,9 +111,15 @@ class PPOMember(SB3Member):
         # the family's image policy where PPO's row names one (SB3's Nature CNN, say), else the IMPALA CNN
         policy = self.family_defaults(self.context.env).image_policy or ImpalaPolicy
         if network and not (image and policy is ImpalaPolicy):
-            uses = f"SB3's {policy}" if image else "observations are vectors (MLP)"
-            raise UsageError(f"precision and channels_last are settings of the image policy (IMPALA CNN); "
-                             f"{self.context.env}'s {uses}: leave them at their defaults")
+            # bf16 and channels_last change the IMPALA CNN itself; torch, fp32 and tf32 are process-wide TF32
+            # switches, which any network's matrix products on a GPU follow, and so apply to an MLP too
+            asked = [f"precision={s.precision}"] * ("precision" in network) + ["channels_last=true"] * s.channels_last
+            uses = f"SB3's {policy}" if image else "observations are vectors (an MLP)"
+            tf32 = " (precision=tf32, TF32 matrix products on a GPU, applies to any policy)" \
+                if "precision" in network else ""
+            raise UsageError(f"{' and '.join(asked)} {'are settings' if len(asked) > 1 else 'is a setting'} of the "
+                             f"image policy (IMPALA CNN) only; {self.context.env}'s {uses}: leave "
+                             f"{'them at their defaults' if len(asked) > 1 else 'it at its default'}{tf32}")
         net = ({"policy_kwargs": {"features_extractor_kwargs": network}} if network else {}) \
             if image else ({} if s.net_arch is None else {"policy_kwargs": {"net_arch": list(s.net_arch)}})
         return self.algorithm(policy if image else "MlpPolicy", self._norm, n_steps=int(hp["n_steps"]),

@@ -102,10 +102,12 @@ class PPOSettings(SB3Settings):
     eval_episodes: int = 100
     """Finished test episodes averaged by :meth:`PPOMember.evaluate`; 0 turns evaluation off."""
     precision: str = "torch"
-    """The image network's arithmetic, in rollout inference and the update alike: ``torch`` (PyTorch's defaults:
+    """The network's arithmetic, in rollout inference and the update alike: ``torch`` (PyTorch's defaults:
     TF32 in cuDNN's convolutions on Ampere and later GPUs, float32 elsewhere), ``fp32`` (no TF32: train-procgen's
     arithmetic), ``tf32`` (TF32 in convolutions and matrix products), ``bf16`` (bf16 autocast in the IMPALA CNN,
-    float32 heads, losses and optimizer). On a CPU, ``torch``, ``fp32`` and ``tf32`` are the same float32.
+    float32 heads, losses and optimizer). ``torch``, ``fp32`` and ``tf32`` set PyTorch's TF32 switches, which
+    every network on a GPU follows (an MLP's matrix products too); ``bf16`` changes the IMPALA CNN itself, so an
+    MLP or SB3's CNN refuses it. On a CPU, ``torch``, ``fp32`` and ``tf32`` are the same float32.
     ``deterministic: true`` trains in ``fp32`` and refuses ``tf32`` and ``bf16``."""
     channels_last: bool = False
     """The IMPALA CNN's weights and inputs in the channels-last memory format (faster convolutions on a GPU: 1.47x
