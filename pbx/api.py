@@ -23,18 +23,20 @@ train their members and return None.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
 
+from pbx.errors import UsageError
 from pbx.export import export
 from pbx.standings import member_row
 from pbx.reporting.build import Options, generate
 from pbx.runners.start import Setup, config_layers, launch, new_run, resumed_run
 from pbx.runners.stopping import RunStopped, StopClock, check_time_limit
-from pbx.settings import RunSettings
+from pbx.settings import RunSettings, check_run_dir
 
 if TYPE_CHECKING:
     from mpi4py.MPI import Intracomm
@@ -81,15 +83,25 @@ def run(env: str | None = None, search: str | None = None, *, config: str | Path
     layer: dict[str, Any] = {"run": {k: v for k, v in {**named, **settings}.items()
                                      if k in RUN_KEYS and (k not in named or v is not None)}}
     layer.update({k: v for k, v in settings.items() if k not in RUN_KEYS})
-    layers = [*config_layers(config), layer]
-    return _start(lambda comm: new_run(layers, run_dir=run_dir, comm=comm), time_limit)
+    return _start(lambda comm: new_run([*config_layers(_path(config, "config")), layer],
+                                       run_dir=check_run_dir(run_dir), comm=comm), time_limit)
 
 
 def resume(path: str | Path, *, time_limit: float | None = None, **changes: Any) -> Result | None:
     """Continue the stopped run in ``path`` (a finished one: its result, nothing trained) with the changes a
     resume allows (:data:`pbx.runners.start.RESUMABLE`: ``max_budget=...`` extends it); ``time_limit`` as for
     :func:`run`."""
-    return _start(lambda comm: resumed_run(path, changes, comm=comm), time_limit)
+    return _start(lambda comm: resumed_run(_path(path, "pbx.resume(path)", required=True), changes, comm=comm),
+                  time_limit)
+
+
+def _path(value: Any, what: str, required: bool = False) -> Any:
+    """``value`` where it is a path (a str or os.PathLike), or None where not ``required``; else
+    :class:`~pbx.errors.UsageError`. Checked inside the setup :func:`_start` runs, so that under MPI the other ranks
+    hear of the refusal."""
+    if (value is not None or required) and not isinstance(value, (str, os.PathLike)):
+        raise UsageError(f"{what} must be a path (a str or pathlib.Path), got {type(value).__name__} {value!r}")
+    return value
 
 
 def _start(setup: Callable[[Intracomm | None], Setup], time_limit: float | None) -> Result | None:

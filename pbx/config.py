@@ -31,9 +31,9 @@ import yaml
 from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.fingerprint import PROVENANCE, run_record
-from pbx.settings import RunSettings, build, field_names, parse_override
+from pbx.settings import MAX_MEMBERS, RunSettings, build, field_names, parse_override
 from pbx.history import RESULT_ROLE
-from pbx.plan import Rules
+from pbx.plan import MAX_ROUNDS, Rules
 from pbx.members import Member, MemberSettings, member_class, space_file
 from pbx.space import Config, Space
 from pbx.strategies import (ExploitExplore, ExploitRules, RunContext, Selection, Strategy, StrategySettings,
@@ -143,6 +143,7 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), 
     given = _merge(layers, overrides)
     choice = _choose(given)
     cfg = _build(_sections(given, choice), choice, given.member_input)
+    _check_rounds(cfg)
     _check_population(cfg, choice.env, builds)
     return cfg
 
@@ -281,15 +282,33 @@ def _build(raw: Mapping[str, dict[str, Any]], choice: _Choice,
                      run_record(run.env))
 
 
+def _check_rounds(cfg: RunConfig) -> None:
+    """Refuse a run of more rounds than :data:`pbx.plan.MAX_ROUNDS`, naming the ``t_ready`` that fits: the plan of
+    a billion rounds would be built before the start line. Rounds of ``t_ready`` are the most a run plans (a larger
+    first round or a longer round after a restart leaves fewer)."""
+    run = cfg.run
+    assert run.t_ready is not None and run.max_budget is not None  # _build refused a run without them
+    rounds = cfg.rules.fixed_rounds
+    if rounds > MAX_ROUNDS:
+        raise UsageError(f"max_budget {run.max_budget:,} in rounds of t_ready {run.t_ready:,} is {rounds:,} rounds, "
+                         f"more than a run may plan ({MAX_ROUNDS:,}): raise t_ready to at least "
+                         f"{-(-run.max_budget // MAX_ROUNDS):,} or lower max_budget")
+
+
 def _check_population(cfg: RunConfig, env: str, builds: int | None) -> None:
     """Refuse a population the run cannot hold or answer with.
 
+    A round trains at most :data:`pbx.settings.MAX_MEMBERS` members, a larger first population's included.
     Off-policy agents' replay buffers, allocated whole for every member built on the machine, must fit in its
     memory: in a larger first or restart population (BG-PBT, IPBT) that is more than pop_size. And the larger
     first population is cut after its round: a run that ends with it would answer uncut.
     """
     run = cfg.run
     assert run.t_ready is not None and run.max_budget is not None  # _build refused a run without them
+    if cfg.most_members > MAX_MEMBERS:
+        times = cfg.most_members / run.pop_size
+        raise UsageError(f"--search {run.search} trains {cfg.most_members:,} members in a round ({times:g} x pop_size "
+                         f"{run.pop_size:,}), more than {MAX_MEMBERS:,}: lower pop_size or the strategy's init_factor")
     cfg.member_cls.check_population(env, cfg.most_members if builds is None else builds, cfg.member)
     if cfg.init_size > run.pop_size and cfg.rules.plan([False]).done:
         cost = cfg.init_size / run.pop_size

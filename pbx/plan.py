@@ -44,6 +44,10 @@ from typing import Sequence
 
 TAILS = ("cut", "extend", "halves")
 """How a plan meets ``max_budget`` (:attr:`Rules.tail`)."""
+MAX_ROUNDS = 100_000
+"""The most rounds a run may plan (``max_budget / t_ready``). The plan is built a round at a time and every round
+writes a history row per member, so a typo such as ``--t_ready 1 --max_budget 1e12`` would spend minutes and
+gigabytes before the first round; pbx's experiments plan 50 rounds at most (the PBT and PB2 papers' runs, tens)."""
 
 
 def whole_chunks(steps: int, chunk: int) -> int:

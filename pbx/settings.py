@@ -11,6 +11,8 @@ and sweeps read stored settings through these without resolving a whole run.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import types
 import typing
 from dataclasses import dataclass
@@ -24,6 +26,9 @@ from pbx.yaml_files import read_yaml
 
 RUNNERS = ("auto", "sync", "mpi")
 COMM_MODES = ("p2p", "collective")
+MAX_MEMBERS = 10_000
+"""The most members a round trains (``pop_size``, or a larger first population): each is a learner of its own,
+and a population past this is a typo (``pop_size=1e6``) that would exhaust memory rather than a run."""
 
 
 def check_seed(seed: int, name: str) -> None:
@@ -32,6 +37,39 @@ def check_seed(seed: int, name: str) -> None:
     levels (gymnasium refuses a negative one with a traceback)."""
     if not 0 <= seed < 2**32:
         raise UsageError(f"{name} must be a whole number from 0 to 2**32 - 1, got {seed}")
+
+
+def check_name(name: str | None) -> None:
+    """Raise :class:`UsageError` unless ``name`` (a run's ``--name``) is None or names a folder inside ``runs/``:
+    the run folder is ``runs/<name>``, so ``''`` would make ``runs/`` itself the run, and ``../x`` or ``/x`` a
+    folder elsewhere. A name may hold a ``/`` (the default name of ``--env ALE/Pong-v5`` does: its runs sit in
+    ``runs/ALE/``)."""
+    if name is None:
+        return
+    inside = os.path.normpath(os.path.join("runs", name))
+    if not name.strip() or "\0" in name or ".." in Path(name).parts or not inside.startswith("runs" + os.sep):
+        raise UsageError(f"name must name a folder inside runs/ (the run folder is runs/<name>), got {name!r}: give "
+                         f"a name such as pbt-toy-1, or the folder itself with --run-dir")
+
+
+def check_run_dir(run_dir: object) -> Path | None:
+    """``--run-dir`` (:func:`pbx.run`'s ``run_dir``) as a path, None where none is given; raise :class:`UsageError`
+    for what cannot be a new run's folder: not a path, ``''`` (which would be the working folder), or a file (or
+    a path under one)."""
+    if run_dir is None:
+        return None
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise UsageError(f"run_dir must be a folder path (a str or pathlib.Path), got {type(run_dir).__name__} "
+                         f"{run_dir!r}")
+    if not str(os.fspath(run_dir)).strip():
+        raise UsageError("--run-dir '' names no folder (it would train into the working folder): give a folder "
+                         "path, or leave --run-dir out for runs/<name>")
+    path = Path(run_dir)
+    found = next((p for p in (path, *path.parents) if p.exists()), None)
+    if found is not None and not found.is_dir():
+        where = "is a file" if found == path else f"is under {found}, a file"
+        raise UsageError(f"--run-dir {path} {where}, not a folder: give a folder path")
+    return path
 
 
 def check_choices(settings: object, **choices: Sequence[str]) -> None:
@@ -99,8 +137,16 @@ class RunSettings:
 
     def __post_init__(self) -> None:
         self.algo = self.algo.lower()
-        if self.pop_size < 1:
-            raise UsageError(f"pop_size must be at least 1, got {self.pop_size}")
+        if not 1 <= self.pop_size <= MAX_MEMBERS:
+            raise UsageError(f"pop_size must be at least 1 and at most {MAX_MEMBERS:,} members, got {self.pop_size:,}")
+        # Checked whatever the selection, so a run whose --selection changes later (a sweep's variant) never
+        # holds a value its rule would refuse only then.
+        if not 0 < self.quantile <= 0.5:
+            raise UsageError(f"quantile must be in (0, 0.5], got {self.quantile}")
+        if not self.sigma_k > 0:
+            raise UsageError(f"sigma_k must be > 0 (leaders above mean + k std, underperformers below mean - k std; "
+                             f"1 is one standard deviation), got {self.sigma_k}")
+        check_name(self.name)
         if self.t_ready is not None and self.t_ready <= 0:
             raise UsageError(f"t_ready must be a positive number of steps, got {self.t_ready}")
         if self.max_budget is not None and self.t_ready is not None and self.max_budget < self.t_ready:
@@ -150,7 +196,12 @@ def field_names(cls: type) -> set[str]:
 
 
 def coerce(name: str, value: Any, hint: Any) -> Any:
-    """Convert ``value`` to the type ``hint`` (int, float, str, bool or Optional of one)."""
+    """Convert ``value`` to the type ``hint`` (int, float, str, bool or Optional of one).
+
+    A float must be finite, whichever setting it is: nan slips past a range check written as ``value < low``,
+    and inf past one with no upper end, to fail later in training (IPBT's ``step_factor ** restarts``). Each
+    settings class checks its own ranges; what no setting ever takes is refused here, once for all of them.
+    """
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
@@ -173,11 +224,15 @@ def coerce(name: str, value: Any, hint: Any) -> Any:
         if hint is float:
             if isinstance(value, bool):
                 raise ValueError
-            return float(value)
+            number = float(value)
+            if math.isfinite(number):
+                return number
         if hint is str:
             if isinstance(value, (dict, list)):
                 raise ValueError
             return str(value)
     except (TypeError, ValueError, OverflowError):  # OverflowError: int() of an infinite float (1e400)
         raise UsageError(f"{name} must be {getattr(hint, '__name__', hint)}, got {value!r}") from None
+    if hint is float:  # the float branch returns finite numbers only
+        raise UsageError(f"{name} must be a finite number, got {value!r}")
     return value

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import yaml
 
 from pbx.config import StoredRun, resolve
-from pbx.settings import parse_override
+from pbx.settings import check_seed, parse_override
 from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.fingerprint import changed_keys, differing_keys
@@ -72,6 +72,9 @@ SWEEP_KEYS = ("sweep", "seeds", "slurm", "time_limit")
 """Top-level keys of an experiment file that describe the sweep, not a run."""
 PER_RUN = ("seed", "name")
 """Settings the sweep sets for each run."""
+MAX_SEEDS = 10_000
+"""The most seeds a sweep takes (each is a run of every variant): ``--seeds 4294967296`` is a typo, and its list
+alone would not fit in memory."""
 
 
 @dataclass(frozen=True)
@@ -210,21 +213,29 @@ def expand(spec: Any, file: Path) -> list[Variant]:
 
 
 def parse_seeds(value: Any, file: Path) -> list[int]:
-    """``5`` -> seeds 0..4; ``0,3,7`` (or a YAML list) -> those seeds."""
+    """``5`` -> seeds 0..4; ``0,3,7`` (or a YAML list) -> those seeds. Each is a run seed (:func:`check_seed`) and
+    there are at most :data:`MAX_SEEDS`, checked before the list is built or anything written."""
     if value is None:
         raise UsageError(f"{file} gives no seeds: pass --seeds N (seeds 0..N-1) or --seeds 0,3,7, "
                          f"or put seeds: N in the file")
+    listed = isinstance(value, list) or (isinstance(value, str) and "," in value)
     try:
-        if isinstance(value, list) or (isinstance(value, str) and "," in value):
-            parts = value if isinstance(value, list) else value.split(",")
-            seeds = [int(str(p).strip()) for p in parts]
-        else:
-            seeds = list(range(int(str(value))))
+        numbers = [int(str(p).strip()) for p in ((value if isinstance(value, list) else value.split(","))
+                                                 if listed else [value])]
     except ValueError:
         raise UsageError(f"seeds must be a count N or a list such as 0,3,7, got {value!r}") from None
-    if not seeds or min(seeds) < 0 or len(set(seeds)) < len(seeds):
+    if not listed:
+        if not 1 <= numbers[0] <= MAX_SEEDS:
+            raise UsageError(f"seeds must be a count from 1 to {MAX_SEEDS:,} (seeds 0..N-1) or a list such as "
+                             f"0,3,7, got {value!r}")
+        return list(range(numbers[0]))
+    if not numbers or len(set(numbers)) < len(numbers):
         raise UsageError(f"seeds must be distinct non-negative integers, at least one, got {value!r}")
-    return seeds
+    if len(numbers) > MAX_SEEDS:
+        raise UsageError(f"seeds lists {len(numbers):,} seeds, more than a sweep takes ({MAX_SEEDS:,})")
+    for seed in numbers:
+        check_seed(seed, f"each of seeds {value!r}" if len(repr(value)) < 40 else "each seed")
+    return numbers
 
 
 def prepare(sweep: Sweep, keep_stored: bool = False) -> None:

@@ -43,7 +43,7 @@ from pbx.run_dir import RunDir
 from pbx.runners.mpi import world
 from pbx.runners.start import RESUMABLE, config_layers, exit_code, follow_run, launch, new_run, resumed_run
 from pbx.runners.stopping import StopClock, check_time_limit
-from pbx.settings import RunSettings, parse_override
+from pbx.settings import RunSettings, check_run_dir, parse_override
 
 
 # Flags that map one-to-one onto run settings: (flag spellings, setting name, type, help).
@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup = lambda comm: resumed_run(args.resume, {**flags, **strategy}, args.overrides, comm, refused)
     else:
         setup = lambda comm: new_run([*config_layers(args.config), {"run": flags, "strategy": strategy}],
-                                     args.overrides, args.run_dir, comm)
+                                     args.overrides, check_run_dir(args.run_dir), comm)
     finished: list[tuple[RunDir, History] | None] = []
     code = exit_code(lambda: finished.append(launch(setup, clock=clock)))
     if code == 0:

@@ -287,7 +287,8 @@ def test_the_memory_check_counts_a_larger_first_population(search: str, members:
     (["--algo", "sac", "--env", "CartPole-v1"], "use --algo ppo, a2c or dqn"),
     (["--algo", "td3", "--env", "CartPole-v1"], "--algo td3 cannot act in CartPole-v1's action space Discrete(2)"),
     (["--algo", "ddpg", "--env", "Pendulum-v1"], "unknown --algo 'ddpg': use one of ppo, a2c, sac, td3, dqn"),
-    (["--algo", "sac", "--env", "bigfish"], "--algo sac has no defaults for the ProcGen family (bigfish)"),
+    (["--algo", "sac", "--env", "bigfish"], "--algo sac cannot act in bigfish's action space Discrete(15): SAC needs "
+                                            "continuous (Box) actions and bigfish's are discrete; use --algo ppo"),
     (["--algo", "sac", "--env", "toy"], "--algo sac trains an SB3 agent on a gymnasium id; toy trains its own"),
     (["--algo", "sac", "--env", "Pendulum-v1", "-m", "clip_range=0.2"], "unknown key 'clip_range'"),
     (["--algo", "sac", "--env", "Pendulum-v1", "-m", "buffer_size=100000000000"],

@@ -46,3 +46,31 @@ def test_a_bad_setting_is_one_usage_error_naming_it_and_leaves_no_folder(tmp_pat
     assert not (tmp_path / "run").exists()
     with pytest.raises(UsageError, match="may change only .*, not pop_size"):
         pbx.resume(tmp_path / "run", pop_size=8)
+
+
+def test_usage_error_is_pbx_s_own_and_costs_no_import_of_the_api() -> None:
+    """``except pbx.UsageError:`` was itself an AttributeError."""
+    assert pbx.UsageError is UsageError and "UsageError" in pbx.__all__
+    from pbx.runners.loop import RunFailed
+
+    assert pbx.RunFailed is RunFailed
+    code = "import sys, pbx; pbx.UsageError; print(sorted(m for m in sys.modules if m.startswith('pbx')))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.split() == ["['pbx',", "'pbx.errors']"], proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: pbx.run(env="toy", run_dir=123), "run_dir must be a folder path (a str or pathlib.Path), got int 123"),
+    (lambda: pbx.run(env="toy", config=123), "config must be a path (a str or pathlib.Path), got int 123"),
+    (lambda: pbx.run(env="toy", run_dir=""), "--run-dir '' names no folder"),
+    (lambda: pbx.run(env="toy", name="../x"), "name must name a folder inside runs/"),
+    (lambda: pbx.resume(None), "pbx.resume(path) must be a path (a str or pathlib.Path), got NoneType None"),
+], ids=["run_dir=123", "config=123", "run_dir=''", "name=../x", "resume(None)"])
+def test_an_argument_of_the_wrong_kind_is_a_usage_error_and_writes_nothing(call, message: str, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """They raised TypeError (``run_dir=""`` trained into the working folder)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as refused:
+        call()
+    assert str(refused.value).startswith(message)
+    assert list(tmp_path.iterdir()) == []

@@ -99,6 +99,15 @@ BAD = [
     (["--seed", "-1"], "seed must be a whole number from 0 to 2**32 - 1, got -1"),
     (["-m", "seed=4294967296"], "seed must be a whole number from 0 to 2**32 - 1, got 4294967296"),
     (["-m", "max_budget=1e400"], "max_budget must be int, got '1e400'"),
+    # a number past a check's range: it trained a round, then died of OverflowError (1e400 is inf), or trained on
+    (["--search", "IPBT", "-m", "step_factor=1e400"], "step_factor must be a finite number, got '1e400'"),
+    (["--search", "IPBT", "-m", "shrink=.nan"], "shrink must be a finite number, got nan"),
+    (["--search", "IPBT", "-m", "ucb_kappa=.inf"], "ucb_kappa must be a finite number, got inf"),
+    (["--search", "IPBT", "-m", "perturb=1.5"], "perturb must be in [0, 1] (a restart's weights become"),
+    (["-m", "sigma_k=-1"], "sigma_k must be > 0"),  # checked whatever the selection
+    (["--selection", "wta", "-m", "quantile=2"], "quantile must be in (0, 0.5], got 2.0"),
+    (["--batchsize", str(10**18)], "pop_size must be at least 1 and at most 10,000 members, got 1,000,000,000,000,"),
+    (["--search", "IPBT", "-m", "init_factor=3000"], "--search IPBT trains 12,000 members in a round (3000 x"),
     (["--config", "missing.yaml"], "config file not found: missing.yaml"),
 ]
 
@@ -112,11 +121,48 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv: list[str], mes
     assert not (tmp_path / "run").exists()
 
 
+def test_a_plan_of_a_trillion_rounds_is_refused_at_once(tmp_path, capsys) -> None:
+    """It hung before the start line, its memory growing, building the plan a round at a time."""
+    start = time.perf_counter()
+    assert _exit_code(["--env", "toy", "--t_ready", "1", "--max_budget", "1000000000000",
+                       "--run-dir", str(tmp_path / "run")]) == 2
+    assert time.perf_counter() - start < 10
+    assert capsys.readouterr().err == (
+        "error: max_budget 1,000,000,000,000 in rounds of t_ready 1 is 1,000,000,000,000 rounds, more than a run "
+        "may plan (100,000): raise t_ready to at least 10,000,000 or lower max_budget\n")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    # runs/ itself was the run; ../../x wrote outside runs/; '' trained into the working folder
+    (["--name", ""], "name must name a folder inside runs/ (the run folder is runs/<name>), got ''"),
+    (["--name", "../../x"], "name must name a folder inside runs/ (the run folder is runs/<name>), got '../../x'"),
+    (["--run-dir", ""], "--run-dir '' names no folder (it would train into the working folder)"),
+    (["--run-dir", "notes.txt"], "--run-dir notes.txt is a file, not a folder"),  # NotADirectoryError
+    (["--run-dir", "notes.txt/run"], "--run-dir notes.txt/run is under notes.txt, a file, not a folder"),
+])
+def test_a_run_folder_that_cannot_be_one_is_one_line_and_nothing_is_written(tmp_path, monkeypatch, capsys,
+                                                                           argv: list[str], message: str) -> None:
+    work = tmp_path / "work" / "here"  # runs/../../x from here is tmp_path/x
+    work.mkdir(parents=True)
+    (work / "notes.txt").write_text("mine")
+    monkeypatch.chdir(work)
+    assert _exit_code(["--env", "toy", "-m", "max_budget=8", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    assert sorted(tmp_path.rglob("*")) == [tmp_path / "work", work, work / "notes.txt"]
+    assert (work / "notes.txt").read_text() == "mine"
+
+
 # Settings a member checks against its env (its observations), before the run folder is touched.
 MEMBER_REFUSALS = [
     (["--env", "bigfish", "-m", "normalize_obs=true"], "normalize_obs is for MLP policies on vector observations"),
     (["--env", "CartPole-v1", "-m", "channels_last=true"],
-     "precision and channels_last are settings of the image policy (IMPALA CNN)"),
+     "channels_last=true is a setting of the image policy (IMPALA CNN) only"),
+    # tf32 (TF32 matrix products) applies to an MLP and is taken; bf16 changes the IMPALA CNN, and says so
+    (["--env", "CartPole-v1", "-m", "precision=bf16"],
+     "precision=bf16 is a setting of the image policy (IMPALA CNN) only; CartPole-v1's observations are vectors (an "
+     "MLP): leave it at its default (precision=tf32, TF32 matrix products on a GPU, applies to any policy)"),
 ]
 
 

@@ -200,3 +200,13 @@ def test_how_a_run_ran_never_splits_a_pool() -> None:
     assert differing_keys(cpu, gpu) == []
     assert differing_keys(cpu, resolve([{"run": {"env": "CartPole-v1", "seed": 3}, "member": {"vf_coef": 0.4}}])
                           .to_dict()) == ["member.vf_coef"]
+
+
+def test_a_name_may_hold_a_folder_inside_runs_as_an_atari_runs_default_name_does() -> None:
+    """``--env ALE/Pong-v5``'s default name is ``ALE/Pong-v5-PBT-s0-<time>``: its stored config.yaml must still
+    resolve (a resume) now that a name outside runs/ is refused."""
+    name = "ALE/Pong-v5-PBT-s0-20260101-000000"
+    assert resolve([{"run": {"env": "toy", "name": name}}]).run.name == name
+    for bad in ("", ".", "../x", "a/../../x", "/tmp/x"):
+        with pytest.raises(UsageError, match="name must name a folder inside runs/"):
+            resolve([{"run": {"env": "toy", "name": bad}}])

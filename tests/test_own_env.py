@@ -135,7 +135,8 @@ def test_an_env_with_dict_observations_is_one_line_before_anything_is_written(
 
 
 @pytest.mark.parametrize("env, algo, fix", [
-    ("GridPoint-v0", "sac", "use --algo ppo"),  # was "use --algo  or ppo"
+    ("GridPoint-v0", "sac", "SAC needs continuous (Box) actions and test_own_env:GridPoint-v0's are multi-discrete; "
+                            "use --algo ppo"),  # was "use --algo  or ppo"
     # PPO went on to SB3's AssertionError, SAC to an IndexError inside the check
     *((("PairPoint-v0", algo, "no pbx agent can (they act in Box, Discrete, MultiDiscrete or MultiBinary spaces): "
                               "wrap the env's actions as one of those") for algo in ("ppo", "sac"))),

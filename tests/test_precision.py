@@ -88,7 +88,7 @@ def test_deterministic_switches_tf32_off_and_precision_sets_both_switches() -> N
 
 def test_a_bad_precision_and_an_mlp_with_image_settings_are_one_line(tmp_path: Path) -> None:
     for args, message in ((["--env", "bigfish", "-m", "precision=fp16"], "precision must be one of torch, fp32, tf32, bf16, got 'fp16'"),
-                          (["--env", "CartPole-v1", "-m", "channels_last=true"], "settings of the image policy")):
+                          (["--env", "CartPole-v1", "-m", "channels_last=true"], "a setting of the image policy")):
         out = subprocess.run([sys.executable, "-m", "pbx.train", *args, "--run-dir", str(tmp_path / "run")],
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 2, out.stderr

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from pbx.config import resolve
 from pbx.errors import UsageError
 from pbx.history import EVALUATOR_ROLE, RESULT_ROLE, History, HistoryLog, Row
 from pbx.standings import best_rows
@@ -384,6 +385,31 @@ def test_runs_of_different_experiments_are_not_pooled(tmp_path: Path) -> None:
     table = (tmp_path / "out" / "comparison.md").read_text()
     assert table_row(table, "PBT (max_budget=24, pop_size=8)")[1] == "1"
 
+
+
+@pytest.mark.parametrize("runs, differ", [
+    ({"toy": {"env": "toy"}, "cart": {"env": "CartPole-v1"}},
+     "they train other envs ({toy}: toy, {cart}: CartPole-v1)"),
+    ({"ppo": {"env": "Pendulum-v1", "algo": "ppo"}, "sac": {"env": "Pendulum-v1", "algo": "sac"}},
+     "they train other agents ({ppo}: PPO, {sac}: SAC)"),
+])
+def test_runs_of_other_envs_or_agents_are_refused_naming_that_not_every_setting(
+        tmp_path: Path, runs: dict[str, dict[str, str]], differ: str) -> None:
+    """A toy run and a CartPole run were refused with a 4,713-character list of some 80 differing settings and no
+    word of the env; the refusal names the first difference that matters (the env, then the agent) in a short
+    line."""
+    for name, run in runs.items():
+        make_run(tmp_path / name, "PBT", 0)
+        config = resolve([{"run": {**run, "search": "PBT"}}]).to_dict()
+        (tmp_path / name / "config.yaml").write_text(yaml.safe_dump({**config, "space": SPACE.to_dict()},
+                                                                    sort_keys=False))
+    with pytest.raises(UsageError) as refused:
+        pool([load_run(tmp_path / name) for name in runs], ["PBT"] * 2, split=False)
+    message = str(refused.value)
+    folders = {name: tmp_path / name for name in runs}
+    assert message.startswith(f"runs under 'PBT' are not one experiment: {differ.format(**folders)}, and "), message
+    assert message.endswith("; report them apart, or give --split to group them by those values")
+    assert len(message) < 250 + 2 * len(str(tmp_path))
 
 
 def test_strategies_at_unequal_budgets_are_compared_with_a_note_and_a_steps_column(tmp_path: Path) -> None:

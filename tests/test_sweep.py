@@ -190,6 +190,11 @@ def test_variants_that_are_not_a_cross_product(tmp_path) -> None:
     ("run: {env: toy}\n", [], "no sweep: section"),
     ("run: {env: toy, seed: 2}\nsweep: {search: [none]}\n", [], "seed: a sweep sets each run's seed"),
     ("run: {env: toy}\nsweep: {search: [none]}\n", ["--seeds", "1,1"], "seeds must be distinct"),
+    # a MemoryError: the seeds were listed before being checked
+    ("run: {env: toy}\nsweep: {search: [none]}\n", ["--seeds", "4294967296"],
+     "seeds must be a count from 1 to 10,000 (seeds 0..N-1) or a list such as 0,3,7, got '4294967296'"),
+    ("run: {env: toy}\nsweep: {search: [none]}\n", ["--seeds", "0,4294967296"],
+     "each of seeds '0,4294967296' must be a whole number from 0 to 2**32 - 1, got 4294967296"),
     ("run: {env: toy}\nsweep: {search: [none]}\n", ["--only", "5"], "--only 5: the sweep has runs 0 to 1"),
     ("run: {env: toy}\nsweep: {search: [none]}\n", ["-m", "search=PBT"], "-m search: swept by"),
 ])
@@ -200,6 +205,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, text, args, message)
     assert main([str(exp), "--seeds", "2", "--out", str(tmp_path / "out"), *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_files_out_of_range_seed_is_refused_before_the_sweep_folder_is_written(tmp_path, capsys) -> None:
+    """It was found only inside each run, once the sweep folder and its records were written."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("run: {env: toy, max_budget: 8}\nsweep: {search: [none]}\nseeds: [0, 4294967296]\n")
+    assert main([str(exp), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == ("error: each of seeds [0, 4294967296] must be a whole number from 0 to "
+                                       "2**32 - 1, got 4294967296\n")
     assert not (tmp_path / "out").exists()
 
 

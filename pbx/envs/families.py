@@ -18,7 +18,9 @@ A family says how its envs resume (:attr:`Family.resume`):
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import importlib.util
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -125,6 +127,8 @@ def check_installed(env_id: str) -> None:
     """
     task = family(env_id)
     if not is_registered(env_id):  # an id its family knows by name, which its simulator registers (ALE/: ale-py)
+        if task.simulator is not None and importlib.util.find_spec(task.simulator) is not None:
+            raise UsageError(_unknown_id(env_id, task))
         if task.extra is not None:
             raise UsageError(f'{env_id} needs {task.name}, which is not installed: pip install "pbx[{task.extra}]"')
         return
@@ -141,6 +145,19 @@ def check_installed(env_id: str) -> None:
                 f"or glfw, whichever is installed" if gl is not None else "")
         raise UsageError(f"{env_id}: importing {module} failed ({type(err).__name__}: {_first_line(err)}){hint}") \
             from None
+
+
+def _unknown_id(env_id: str, task: Family) -> str:
+    """The refusal of an id its family's installed simulator does not register (``ALE/NoSuchGame-v5``): the ids
+    nearest it, and how to list them all."""
+    prefix = env_id.split("/")[0] + "/" if "/" in env_id else ""
+    ids = [name for name in gymnasium.registry if name.startswith(prefix)] if prefix else list(gymnasium.registry)
+    near = difflib.get_close_matches(env_id, ids, n=2, cutoff=0.8)
+    hint = f"did you mean {' or '.join(near)}? " if near else ""
+    listing = (f"python -c \"import gymnasium, {task.simulator}; gymnasium.register_envs({task.simulator}); "
+               f"print([e for e in gymnasium.registry if e.startswith('{prefix}')])\"")
+    return f"unknown env {env_id!r}: {task.simulator} is installed and has no such {task.name} id; {hint}list them " \
+           f"with {listing}"
 
 
 def _first_line(err: BaseException) -> str:

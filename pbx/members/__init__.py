@@ -99,15 +99,19 @@ def _own_member(env: str) -> bool:
 
 def _agent(cls: type[Member], env: str, algo: str, hyperparameters: Iterable[str]) -> type[Member]:
     """``cls``, the member ``algo`` names, once it is known to train on ``env`` and to act in its action space."""
+    from pbx.envs import check_env
     from pbx.members.offpolicy.member import OffPolicyMember
     from pbx.members.sb3.agent import SB3Agent
 
     assert issubclass(cls, SB3Agent)
+    check_env(env)
+    # the actions first: an agent that cannot act in them (SAC on Pong) has no defaults there either, and the
+    # user's fix is another agent, not a row of defaults
+    _check_actions(cls, env, algo)
     cls.check_env(env)
     _check_observations(env, algo, off_policy=issubclass(cls, OffPolicyMember))
     if set(hyperparameters) & set(AUGMENTATION):
         raise UsageError(f"aug_type and aug_coef are DrAC's, a PPO on ProcGen games; --algo {algo} has neither")
-    _check_actions(cls, env, algo)
     return cls
 
 
@@ -124,11 +128,18 @@ def _check_actions(cls: type[Member], env: str, algo: str) -> None:
     agents: dict[str, type[SB3Agent]] = {name: algo_class(name) for name in ALGOS}  # type: ignore[misc]
     able = [name for name, agent in agents.items() if agent.has_defaults(env) and agent.acts_in(action_space)]
     if able:
-        fix = f"use --algo {_either(able)}"
+        needs = _either([ACTION_KINDS.get(kind.__name__, kind.__name__) for kind in cls.action_spaces])
+        found = ACTION_KINDS.get(type(action_space).__name__, f"a {type(action_space).__name__}").split(" (")[0]
+        fix = f"{cls.name} needs {needs} actions and {env}'s are {found}; use --algo {_either(able)}"
     else:
         kinds = list(dict.fromkeys(kind.__name__ for agent in agents.values() for kind in agent.action_spaces))
         fix = f"no pbx agent can (they act in {_either(kinds)} spaces): wrap the env's actions as one of those"
     raise UsageError(f"--algo {algo} cannot act in {env}'s action space {action_space}: {fix}")
+
+
+ACTION_KINDS = {"Box": "continuous (Box)", "Discrete": "discrete (Discrete)",
+                "MultiDiscrete": "multi-discrete (MultiDiscrete)", "MultiBinary": "binary (MultiBinary)"}
+"""How a refusal names an action space's kind, by its class name."""
 
 
 def _either(names: list[str]) -> str:

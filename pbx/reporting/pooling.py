@@ -109,9 +109,8 @@ def pool(runs: Sequence[Run], labels: Sequence[str], split: bool, names: Sequenc
         prints = [{k: v for k, v in fingerprint(run.config).items() if k not in ignore} for run in members]
         keys = _differing(prints, [run.env for run in members] if ENV_KEY in ignore else None)
         if keys and not split:
-            shown = "; ".join(f"{run.path}: {_values(p, keys)}" for run, p in _first_per_value(members, prints, keys))
-            raise UsageError(f"runs under {label!r} are not one experiment: they differ in {', '.join(keys)} "
-                             f"({shown}); report them apart, or give --split to group them by those values")
+            raise UsageError(f"runs under {label!r} are not one experiment: {_difference(members, prints, keys)}; "
+                             f"report them apart, or give --split to group them by those values")
         for run, p in zip(members, prints):
             name = f"{label} ({_values(p, keys, short=True)})" if keys else label
             groups.setdefault(name, []).append(run)
@@ -154,6 +153,34 @@ def _library_note(label: str, runs: Sequence[Run]) -> str:
                                                 for version, count in counts.items()))
     return (f"runs under {label!r} were trained with other library versions, pooled all the same (pbx compares "
             f"code and settings, not versions): {'; '.join(parts)}") if parts else ""
+
+
+MOST_KEYS_SHOWN = 4
+"""A refusal names at most this many differing keys with their values; past it, the first difference that matters
+(:func:`_difference`)."""
+BUDGET_KEYS = ("run.max_budget", "run.t_ready")
+
+
+def _difference(members: Sequence[Run], prints: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> str:
+    """What keeps ``members`` apart, in one short line: the differing keys with each value, where they are few;
+    else the first difference that matters, the env, then the agent (:func:`member_kind`), then the budget, which
+    the other keys differ with (a toy run and a CartPole run differ in some 80 settings)."""
+    if len(keys) <= MOST_KEYS_SHOWN:
+        shown = "; ".join(f"{run.path}: {_values(p, keys)}" for run, p in _first_per_value(members, prints, keys))
+        return f"they differ in {', '.join(keys)} ({shown})"
+    for what, read in (("env", lambda run: run.env), ("agent", member_kind)):
+        firsts: dict[str, Run] = {}
+        for run in members:
+            firsts.setdefault(str(read(run)), run)
+        if len(firsts) > 1:
+            trains = ", ".join(f"{run.path}: {value}" for value, run in firsts.items())
+            return f"they train other {what}s ({trains}), and {len(keys)} settings differ with the {what}"
+    budget = [k for k in BUDGET_KEYS if k in keys]
+    if budget:
+        shown = "; ".join(f"{run.path}: {_values(p, budget)}" for run, p in _first_per_value(members, prints, budget))
+        return f"they differ in their budget ({shown}), and in {len(keys) - len(budget)} other settings"
+    return (f"they differ in {len(keys)} settings, {', '.join(keys[:MOST_KEYS_SHOWN])} and "
+            f"{len(keys) - MOST_KEYS_SHOWN} more")
 
 
 def _differing(prints: Sequence[Mapping[str, Any]], games: Sequence[str] | None = None) -> list[str]:

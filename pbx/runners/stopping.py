@@ -135,14 +135,16 @@ class StopClock:
 
     def due(self) -> bool:
         """At a member's rollout boundary: whether it stops here, for good (:attr:`stopping`) or to be saved and
-        go on (the periodic save). Measures the rollouts between two boundaries for the time limit's reserve."""
+        go on (the periodic save, never before a rollout has been trained since the member began or was saved).
+        Measures the rollouts between two boundaries for the time limit's reserve."""
         now = time.monotonic()
-        if self._last_boundary is not None:
-            self._rollout_s = max(self._rollout_s, now - self._last_boundary)
+        first = self._last_boundary is None
+        if not first:
+            self._rollout_s = max(self._rollout_s, now - self._last_boundary)  # type: ignore[operator]
         self._last_boundary = now
         if self.stopping:
             return True
-        return bool(self.save_every_s) and now - self._saved_at >= self.save_every_s  # type: ignore[operator]
+        return not first and bool(self.save_every_s) and now - self._saved_at >= self.save_every_s  # type: ignore
 
     def member_started(self) -> None:
         """A member begins (or goes on with) its round: the time since the last boundary is not a rollout's."""
@@ -152,6 +154,7 @@ class StopClock:
         """A round in progress was saved, in ``seconds``: the next periodic save counts from now."""
         self._save_s = max(self._save_s or 0.0, seconds)
         self._saved_at = time.monotonic()
+        self._last_boundary = None  # the save's time is no rollout's
 
     @contextlib.contextmanager
     def on_signals(self, hard: Callable[[], None] | None = None) -> Iterator["StopClock"]:

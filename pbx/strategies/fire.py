@@ -88,6 +88,9 @@ class FIRESettings(PBTSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.sub_pops is not None and not (isinstance(self.sub_pops, list) and all(
+                isinstance(n, int) and not isinstance(n, bool) for n in self.sub_pops)):
+            raise UsageError(f"sub_pops must be a list of sub-population sizes such as [4, 4], got {self.sub_pops!r}")
         if self.max_eval_rounds < 1:
             raise UsageError(f"max_eval_rounds must be at least 1 round, got {self.max_eval_rounds}")
         if not 0 < self.p_value < 1:

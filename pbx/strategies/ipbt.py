@@ -104,6 +104,13 @@ class IPBTSettings(GenerationalSettings):
         for name in ("random_configs", "random_weights"):
             if not 0 <= getattr(self, name) <= 1:
                 raise UsageError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("shrink", "perturb"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise UsageError(f"{name} must be in [0, 1] (a restart's weights become shrink * w + perturb * w0, "
+                                 f"w0 a fresh network's), got {getattr(self, name)}")
+        if self.shrink == self.perturb == 0:
+            raise UsageError("shrink and perturb are both 0, which would zero every kept candidate's weights: raise "
+                             "either (the reference's are 0.2 and 0.1)")
 
 
 class IPBT(RestartBO):

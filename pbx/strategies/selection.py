@@ -203,7 +203,8 @@ class Sigma(Selection):
 
     def recipients(self, pop_size: int) -> int:
         # Chebyshev: at most n / (1 + k^2) members lie k std below the mean (Cantelli's one-sided bound).
-        return min(pop_size - 1, int(pop_size / (1 + self.k**2)))
+        # k * k, not k**2: a large k (no member is ever that far out) overflows ** but makes * infinite
+        return min(pop_size - 1, int(pop_size / (1 + self.k * self.k)))
 
 
 SELECTIONS: dict[str, type[Selection]] = {cls.name: cls for cls in (Truncation, WinnerTakesAll, Sigma)}

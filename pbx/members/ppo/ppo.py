@@ -112,10 +112,18 @@ class PPOMember(SB3Member):
         assert isinstance(settings, PPOSettings)
         policy = cls.family_defaults(env).image_policy or ImpalaPolicy
         image = observes_images(env)
-        if settings.image_network() and not (image and policy is ImpalaPolicy):
-            uses = f"SB3's {policy}" if image else "observations are vectors (MLP)"
-            raise UsageError(f"precision and channels_last are settings of the image policy (IMPALA CNN); "
-                             f"{env}'s {uses}: leave them at their defaults")
+        network = settings.image_network()
+        if network and not (image and policy is ImpalaPolicy):
+            # bf16 and channels_last change the IMPALA CNN itself; torch, fp32 and tf32 are process-wide TF32
+            # switches, which any network's matrix products on a GPU follow, and so apply to an MLP too
+            s = settings
+            asked = [f"precision={s.precision}"] * ("precision" in network) + ["channels_last=true"] * s.channels_last
+            uses = f"SB3's {policy}" if image else "observations are vectors (an MLP)"
+            tf32 = " (precision=tf32, TF32 matrix products on a GPU, applies to any policy)" \
+                if "precision" in network else ""
+            raise UsageError(f"{' and '.join(asked)} {'are settings' if len(asked) > 1 else 'is a setting'} of the "
+                             f"image policy (IMPALA CNN) only; {env}'s {uses}: leave "
+                             f"{'them at their defaults' if len(asked) > 1 else 'it at its default'}{tf32}")
 
     def _build(self, hp: Mapping[str, Any], image: bool) -> PPOUpdate:
         s = self.settings

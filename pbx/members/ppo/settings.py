@@ -17,7 +17,7 @@ from pbx.envs import DISTRIBUTION_MODES
 from pbx.errors import UsageError
 from pbx.members.ppo.update import VALUE_LOSSES
 from pbx.members.sb3.process import PRECISIONS
-from pbx.members.sb3.settings import DOMAINS, Domain, SB3Settings, finite_number, non_negative_int
+from pbx.members.sb3.settings import C_INT, DOMAINS, Domain, SB3Settings, finite_number, non_negative_int, up_to
 from pbx.space import Categorical, Continuous, Space
 
 __all__ = ["PPOSettings", "check_rollouts", "finite_number", "fit_rollout"]
@@ -27,11 +27,11 @@ _TIED = ("{} has no effect with value_loss: reference, which clips the value wit
 
 _DOMAINS: dict[str, Domain] = {
     **DOMAINS,
-    "n_epochs": (DOMAINS["n_steps"][0], "a positive integer"),
+    "n_epochs": DOMAINS["n_steps"],
     "clip_range": (lambda v: finite_number(v) and v > 0, "a number above 0"),
     "clip_range_vf": (lambda v: v is None or (finite_number(v) and v > 0), "a number above 0 or None"),
-    "num_levels": (non_negative_int, "an integer >= 0"),
-    "start_level": (non_negative_int, "an integer >= 0"),
+    "num_levels": (up_to(C_INT, non_negative_int), f"an integer from 0 to {C_INT:,}"),
+    "start_level": (up_to(C_INT, non_negative_int), f"an integer from 0 to {C_INT:,}"),
     "distribution_mode": (lambda v: v in DISTRIBUTION_MODES, f"one of {', '.join(DISTRIBUTION_MODES)}"),
     "value_loss": (lambda v: v in VALUE_LOSSES, f"one of {', '.join(VALUE_LOSSES)}"),
     "precision": (lambda v: v in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
@@ -102,10 +102,12 @@ class PPOSettings(SB3Settings):
     eval_episodes: int = 100
     """Finished test episodes averaged by :meth:`PPOMember.evaluate`; 0 turns evaluation off."""
     precision: str = "torch"
-    """The image network's arithmetic, in rollout inference and the update alike: ``torch`` (PyTorch's defaults:
+    """The network's arithmetic, in rollout inference and the update alike: ``torch`` (PyTorch's defaults:
     TF32 in cuDNN's convolutions on Ampere and later GPUs, float32 elsewhere), ``fp32`` (no TF32: train-procgen's
     arithmetic), ``tf32`` (TF32 in convolutions and matrix products), ``bf16`` (bf16 autocast in the IMPALA CNN,
-    float32 heads, losses and optimizer). On a CPU, ``torch``, ``fp32`` and ``tf32`` are the same float32.
+    float32 heads, losses and optimizer). ``torch``, ``fp32`` and ``tf32`` set PyTorch's TF32 switches, which
+    every network on a GPU follows (an MLP's matrix products too); ``bf16`` changes the IMPALA CNN itself, so an
+    MLP or SB3's CNN refuses it. On a CPU, ``torch``, ``fp32`` and ``tf32`` are the same float32.
     ``deterministic: true`` trains in ``fp32`` and refuses ``tf32`` and ``bf16``."""
     channels_last: bool = False
     """The IMPALA CNN's weights and inputs in the channels-last memory format (faster convolutions on a GPU: 1.47x

@@ -38,33 +38,50 @@ def _flag(v: Any) -> bool:
     return isinstance(v, bool)
 
 
+MAX_ENVS = 2**16
+"""The most envs a member steps together or tests on, and the widest layer of its MLP (65,536): past it a value is a
+typo (``n_envs=1e6``) that would exhaust memory as the member is built, after the run folder is written."""
+MAX_COUNT = 10_000_000
+"""The largest count of one update pbx takes: steps per env of a rollout or between updates, passes over a
+rollout, gradient steps per update, a minibatch (larger ones would never end a round)."""
+C_INT = 2**31 - 1
+"""The largest ProcGen level number (its C ``int``)."""
+
+
+def up_to(limit: int, test: Callable[[Any], bool] = positive_int) -> Callable[[Any], bool]:
+    """``test`` and at most ``limit``."""
+    return lambda v: test(v) and v <= limit
+
+
 DOMAINS: dict[str, Domain] = {
-    "n_envs": (positive_int, "a positive integer"),
+    "n_envs": (up_to(MAX_ENVS), f"a positive integer up to {MAX_ENVS:,}"),
     "learning_rate": (lambda v: finite_number(v) and v > 0, "a number above 0"),
     "gamma": (lambda v: finite_number(v) and 0 < v <= 1, "in (0, 1]"),
     "normalize_reward": (_flag, "true or false"),
     "normalize_gamma": (lambda v: v is None or (finite_number(v) and 0 < v <= 1), "in (0, 1], or None (gamma)"),
     "normalize_obs": (_flag, "true or false"),
-    "net_arch": (lambda v: v is None or (isinstance(v, list) and len(v) > 0 and all(positive_int(n) for n in v)),
-                 "a list of positive layer sizes such as [32, 32], or null (the agent's SB3 default)"),
-    "eval_episodes": (non_negative_int, "an integer >= 0 (0: no evaluation)"),
-    "eval_n_envs": (lambda v: v is None or positive_int(v), "a positive integer or None"),
+    "net_arch": (lambda v: v is None or (isinstance(v, list) and len(v) > 0 and all(up_to(MAX_ENVS)(n) for n in v)),
+                 f"a list of positive layer sizes up to {MAX_ENVS:,} such as [32, 32], or null (the agent's SB3 "
+                 f"default)"),
+    "eval_episodes": (up_to(MAX_ENVS, non_negative_int), f"an integer from 0 to {MAX_ENVS:,} (0: no evaluation)"),
+    "eval_n_envs": (lambda v: v is None or up_to(MAX_ENVS)(v), f"a positive integer up to {MAX_ENVS:,}, or None"),
     "eval_deterministic": (lambda v: v is None or isinstance(v, bool), "true, false or null (the agent's own)"),
     "eval_max_steps": (positive_int, "a positive integer"),
     "deterministic": (_flag, "true or false"),
     # on-policy agents (PPO, A2C)
-    "n_steps": (positive_int, "a positive integer"),
+    "n_steps": (up_to(MAX_COUNT), f"a positive integer up to {MAX_COUNT:,}"),
     "gae_lambda": (lambda v: finite_number(v) and 0 <= v <= 1, "in [0, 1]"),
     "ent_coef": (lambda v: finite_number(v) and v >= 0, "a number >= 0"),
     "vf_coef": (lambda v: finite_number(v) and v >= 0, "a number >= 0"),
     "max_grad_norm": (lambda v: finite_number(v) and v > 0, "a number above 0"),
     # off-policy agents (SAC, TD3, DQN)
-    "batch_size": (lambda v: positive_int(v) and v > 1, "an integer above 1"),
+    "batch_size": (lambda v: up_to(MAX_COUNT)(v) and v > 1, f"an integer from 2 to {MAX_COUNT:,}"),
     "buffer_size": (positive_int, "a positive integer"),
     "learning_starts": (non_negative_int, "an integer >= 0"),
     "tau": (lambda v: finite_number(v) and 0 <= v <= 1, "in [0, 1]"),
-    "train_freq": (positive_int, "a positive integer (env steps per env between updates)"),
-    "gradient_steps": (lambda v: positive_int(v) or v == -1, "a positive integer, or -1 (one per env step)"),
+    "train_freq": (up_to(MAX_COUNT), f"a positive integer up to {MAX_COUNT:,} (env steps per env between updates)"),
+    "gradient_steps": (lambda v: up_to(MAX_COUNT)(v) or v == -1,
+                       f"a positive integer up to {MAX_COUNT:,}, or -1 (one per env step)"),
     "copy_buffer": (_flag, "true or false"),
 }
 """Every agent's settings by name (an agent's settings class reads the rows of its own fields)."""
