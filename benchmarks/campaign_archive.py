@@ -53,6 +53,8 @@ def compact(state: dict[str, Any], level: str) -> dict[str, Any]:
     under three names (``features_extractor``, ``pi_``, ``vf_``), one storage that ``torch.save`` writes once.
     """
     state = dict(state, env_state=None, last_obs=None, carried=level)
+    if state.get("in_round") is not None:  # a round in progress: its start state (a copy of the learner) stays behind
+        state["in_round"] = dict(state["in_round"], start=None)
     if level != "full" and "policy" in state:
         state["policy"] = _cast(state["policy"], torch.float16)
     optimizer = state.get("optimizer")
@@ -130,8 +132,8 @@ def _packed(work: Path, level: str) -> bytes:
 
 
 def _superseded(path: Path, last: dict[Path, int | None]) -> bool:
-    """Whether ``path`` is a checkpoint in ``checkpoints/`` of a round other than the run's last finished one (a
-    resume starts from the last round's checkpoints, and the runner keeps the round before too (against a kill
+    """Whether ``path`` is a checkpoint in ``checkpoints/`` of a round other than the run's last finished one and
+    the one in progress after it (a resume starts from the last round's checkpoints and goes on inside the next, and the runner keeps the round before too (against a kill
     while the last is written), which would double the archive. (Replay segments stay: a newer checkpoint reads
     older rounds' segments.) ``last``: each run folder's last finished round, filled as the runs are met, so that
     a run's history is read once however many checkpoints it has."""
@@ -141,7 +143,8 @@ def _superseded(path: Path, last: dict[Path, int | None]) -> bool:
     if run not in last:
         last[run] = _last_round(run / "history.csv")
     round_ = re.search(r"\.r(\d+)\.", path.name)
-    return round_ is not None and last[run] is not None and int(round_.group(1)) != last[run]
+    # the round after the last finished one is the round in progress, kept inside it (pbx.runners.partial)
+    return round_ is not None and last[run] is not None and int(round_.group(1)) not in (last[run], last[run] + 1)
 
 
 def _last_round(history: Path) -> int | None:

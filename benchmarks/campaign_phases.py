@@ -8,6 +8,7 @@ cannot eat the runs' time. What travels between loans is ``campaign_archive.py``
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,8 @@ class Arm:
     members: int
     seed: int = 0
     flags: tuple[str, ...] = ()
+    ranks: int = 1
+    """MPI ranks the members train on (``mpiexec -n ranks``; 1: one process, members in turn)."""
 
 
 @dataclass
@@ -187,46 +191,64 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+STOP_GRACE_S = {"paper": 30.0, "tiny": 6.0}
+"""Seconds of the training share each run leaves between its own ``--time-limit`` and the share's end: a run stops
+while a rollout and its save still fit (``pbx.runners.stopping``), and the rest is its exit and slack."""
+
+
 def train(c: Campaign, seconds: float, base: list[str], arms: list[Arm]) -> None:
-    """Phase 3: every arm at once; an arm stops at a round's end when its next round would not fit."""
-    end = time.monotonic() + seconds
+    """Phase 3: every arm at once, each told to stop by the share's end (``--time-limit``): a run stops inside its
+    round at a rollout boundary with the round in progress saved, so a loan keeps every minute it trained and the
+    next loan goes on inside that round. A run still going past the share is stopped (SIGTERM: the same save),
+    then killed."""
+    limit = max(seconds - STOP_GRACE_S[c.setting], 1.0)
+    began = time.monotonic()
     running: dict[str, tuple[subprocess.Popen[Any], Path]] = {}
     logs = []
-    for arm in arms:
+    for arm in (sized(arm, c.setting) for arm in arms):
         folder = c.work / "runs" / arm.name
-        command = start_command(c, arm, base, folder)
+        command = [*start_command(c, arm, base, folder), "--time-limit", f"{limit:.0f}"]
         out = open(c.work / f"train_{arm.name}.txt", "a")
         logs.append(out)
         running[arm.name] = (subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                               env=python_env(), start_new_session=True), folder)
-    rounds = {name: _rounds(folder) for name, (_, folder) in running.items()}
-    started: dict[str, float] = {}  # when each run's latest round ended (its first round's time holds its start-up)
-    took: dict[str, float] = {}
-    while running:
-        time.sleep(1.0)
-        if time.monotonic() >= end:
-            break
-        for name, (proc, folder) in list(running.items()):
-            if proc.poll() is not None:
-                c.say(f"train {name}: ended by itself ({proc.returncode}) at {_rounds(folder)} rounds")
-                del running[name]
-                continue
-            now = _rounds(folder)
-            if now > rounds[name]:
-                if name in started:
-                    took[name] = (time.monotonic() - started[name]) / (now - rounds[name])
-                rounds[name], started[name] = now, time.monotonic()
-                if name in took and time.monotonic() + 1.1 * took[name] > end:
-                    stop(proc)
-                    c.say(f"train {name}: stopped after round {now}, a round takes {took[name]:.0f} s and "
-                          f"{end - time.monotonic():.0f} s were left")
-                    del running[name]
+    steps = {name: _steps(folder) for name, (_, folder) in running.items()}
     for name, (proc, folder) in running.items():
-        stop(proc)
-        c.say(f"train {name}: stopped at the time limit with {_rounds(folder)} finished rounds"
-              + (f" (a round takes about {took[name]:.0f} s)" if name in took else " (its round in progress lost)"))
+        try:
+            proc.wait(timeout=max(began + seconds - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            stop(proc, grace=max(min(20.0, c.left() - 1.0), 1.0))
+        how = {0: "finished", 75: "stopped by its time limit, everything saved"}.get(proc.returncode,
+                                                                                    f"ended ({proc.returncode})")
+        c.say(f"train {name}: {how}; {_rounds(folder)} finished rounds, {_steps(folder) - steps[name]:,} env steps "
+              f"trained and kept in this loan ({_steps(folder):,} in all)")
     for out in logs:
         out.close()
+
+
+def _steps(folder: Path) -> int:
+    """Env steps a run's members hold on disk, its round in progress included: the last finished round's steps
+    summed, each replaced by its member's step count inside the next round where a stop or a save left one
+    (``pbx.runners.partial``)."""
+    path = folder / "history.csv"
+    if not path.is_file():
+        return 0
+    try:
+        history = pd.read_csv(path, usecols=["member", "round", "steps"])
+    except (pd.errors.EmptyDataError, ValueError):
+        return 0
+    last = history[history["round"] == history["round"].max()] if len(history) else history
+    held = dict(zip(last["member"], last["steps"]))
+    following = int(history["round"].max()) + 1 if len(history) else 0
+    for record in (folder / "checkpoints").glob(f"member_*.r{following}.*.json"):
+        member = int(record.name.split(".")[0].removeprefix("member_"))
+        if record.name.endswith(".done.json"):
+            held[member] = int(json.loads(record.read_text())["steps"])
+    for part in (folder / "checkpoints").glob(f"member_*.r{following}.part.ckpt"):
+        member = int(part.name.split(".")[0].removeprefix("member_"))
+        if not (folder / "checkpoints" / f"member_{member}.r{following}.done.json").is_file():
+            held[member] = int(torch.load(part, map_location="cpu", weights_only=False)["steps"])
+    return int(sum(held.values()))
 
 
 def start_command(c: Campaign, arm: Arm, base: list[str], folder: Path) -> list[str]:
@@ -237,13 +259,26 @@ def start_command(c: Campaign, arm: Arm, base: list[str], folder: Path) -> list[
     history): the campaign wrote it, in its own work folder, and nothing of it is a finished round, so it goes and
     the run starts over."""
     if (folder / "config.yaml").is_file() and (folder / "history.csv").is_file():
-        return [sys.executable, "-m", "pbx.train", "--resume", str(folder), "--device", c.device]
+        return [*launch(arm), "--resume", str(folder), "--device", c.device]
     if folder.exists():
         c.say(f"train {arm.name}: starts over (stopped before pbx wrote its history, it had no round to continue)")
         shutil.rmtree(folder)
     flags = base if c.setting == "tiny" else [*base, *arm.flags]
-    return [sys.executable, "-m", "pbx.train", "--env", arm.env, "--search", arm.search, "--batchsize",
-            str(arm.members), "--seed", str(arm.seed), "--device", c.device, *flags, "--run-dir", str(folder)]
+    return [*launch(arm), "--env", arm.env, "--search", arm.search, "--batchsize", str(arm.members), "--seed",
+            str(arm.seed), "--device", c.device, *flags, "--run-dir", str(folder)]
+
+
+def sized(arm: Arm, setting: str) -> Arm:
+    """``arm`` as ``setting`` trains it: ``tiny`` (a CPU of two cores, every arm at once) at most two members on at
+    most two ranks, so that no arm starves the others of the start-up each loan pays."""
+    return arm if setting != "tiny" else dataclasses.replace(arm, members=min(arm.members, 2),
+                                                             ranks=min(arm.ranks, 2))
+
+
+def launch(arm: Arm) -> list[str]:
+    """``python -m pbx.train``, under ``mpiexec -n ranks`` for an arm whose members train on MPI ranks."""
+    train = [sys.executable, "-m", "pbx.train"]
+    return [*launcher(arm.ranks), *train] if arm.ranks > 1 else train
 
 
 def _rounds(folder: Path) -> int:

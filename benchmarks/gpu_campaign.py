@@ -13,10 +13,11 @@ loan needs to continue the same runs:
    Then the image network's inference for 4 members' rollout step, in turn, on 4 CUDA streams and as
    one batched call over the members' stacked weights (``torch.func``).
 3. **train**: the campaign's runs (:data:`ARMS`), all at once on the device, each a ``pbx.train``
-   process at pbx's shipped ProcGen defaults, continued from the archive when one is given
-   (``--resume-from``). A run is stopped at a round's end when its next round would not finish
-   before the time left for training; whatever still trains at that time is stopped there (its round
-   in progress is lost, its finished rounds are not).
+   process at pbx's shipped ProcGen defaults (the PB2 arm a population on MPI ranks sharing the
+   device, one member a rank: the arrangement ``docs/gpu.md`` measured fastest), continued from the
+   archive when one is given (``--resume-from``). Each run is told to stop by the training share's
+   end (``--time-limit``): it stops inside its round at a rollout boundary with the round in progress
+   saved, so a loan keeps every minute it trained, and the next loan goes on inside that round.
 4. **deliver**: each run's small files and the phases' outputs in ``results.tar.gz``, a
    ``summary.md``, and the archive the next loan resumes from: the run folders without their
    TensorBoard logs, each member's checkpoint made compact (``campaign_archive.py``), gzip-compressed, in
@@ -54,16 +55,15 @@ from gpu_machine import ROOT, pick_device, pin_cores
 
 
 SCORED = ("--t_ready", "262144")
-"""The baselines' rounds: for ``--search none`` a round is only when members are scored and saved, so they are scored
-every 262,144 steps (16 rollouts, as the first long bigfish run was) rather than at PB2's 500k: shorter rounds lose
-less when a loan ends mid-round, and the curves are finer."""
+"""The baselines' rounds: for ``--search none`` a round is only when members are scored, so they are scored every
+262,144 steps (16 rollouts, as the first long bigfish run was) rather than at PB2's 500k: the curves are finer."""
 
 ARMS = (
     # --search none with 3 members: 3 seeds of the fixed-hyperparameter baseline, one process
     Arm("bigfish_none", "bigfish", "none", 3, flags=SCORED),
     Arm("starpilot_none", "starpilot", "none", 3, flags=SCORED),
     # the design card's core: PB2 on ProcGen at the PB2 paper's schedule (exploit every 500k steps)
-    Arm("bigfish_pb2", "bigfish", "PB2", 4),
+    Arm("bigfish_pb2", "bigfish", "PB2", 4, ranks=4),
 )
 """The runs: pbx's shipped ProcGen defaults (the ProcGen paper's PPO, ``normalize_gamma`` 0.99, 25M steps a
 member, rounds of 500k) but for what each arm's flags name (``--setting tiny`` replaces those too)."""
@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-bench", action="store_true", help="leave out phase 1 (the levers)")
     parser.add_argument("--skip-arrangements", action="store_true", help="leave out phase 2 (sharing the GPU)")
     parser.add_argument("--part-mb", type=float, default=15.0, help="the archive's part size (default 15 MB)")
-    parser.add_argument("--archive-mb", type=float, default=18.0,
-                        help="the archive's size at most (default 18 MB); what is sent to a GPU machine is 64 MiB "
+    parser.add_argument("--archive-mb", type=float, default=12.0,
+                        help="the archive's size at most (default 12 MB); what is sent to a GPU machine is 64 MiB "
                              "in all, the slim kit and the working tree included (docs/gpu.md has their sizes)")
     args = parser.parse_args(argv)
     check_sizes(parser, args)

@@ -92,8 +92,6 @@ class RunDir:
         anything is written: a run never mixes its files with ones it did not write, so it can remove its own
         (:meth:`discard`) without touching the user's.
         """
-        if self.path.exists() and not self.path.is_dir():
-            raise UsageError(f"--run-dir {self.path} is a file, not a folder: pick a folder for the run")
         if self.config.exists():
             with self.lock():  # names the process if one is training into the folder right now
                 pass

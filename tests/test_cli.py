@@ -266,7 +266,7 @@ def test_resume_may_extend_the_budget_and_nothing_that_changes_decisions(tmp_pat
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["run"]["eval_every"] == 2
     capsys.readouterr()
     assert main(["--resume", str(run_dir), "-m", "t_ready=8"]) == 2
-    assert "may change only max_budget, eval_every, eval_episodes, device, runner, comm, not t_ready" in \
+    assert "may change only max_budget, eval_every, eval_episodes, device, runner, comm, checkpoint_minutes, not t_ready" in \
         capsys.readouterr().err
     assert main(["--resume", str(run_dir), "--max_budget", "12"]) == 2
     assert "--resume may extend max_budget, not cut it: 12 < 16" in capsys.readouterr().err

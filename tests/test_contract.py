@@ -43,7 +43,7 @@ TAKES: dict[str, set[str]] = {
     # no run reaches, weights with no upper end (UCB's kappa: pure exploration), zero shares and probabilities
     "resample_prob": {"zero"}, "window": {"huge"}, "fit_rows": {"huge"}, "restarts": {"huge"}, "signal_cap": {"huge"},
     "max_eval_rounds": {"huge"}, "smoothing": {"zero", "huge"}, "ucb_kappa": {"zero", "huge"}, "tr_factor": {"huge"},
-    "succ_tol": {"huge"}, "fail_tol": {"huge"}, "patience": {"huge"}, "slow_rounds": {"huge"},
+    "succ_tol": {"huge"}, "fail_tol": {"huge"}, "patience": {"huge"}, "checkpoint_minutes": {"zero", "huge"}, "slow_rounds": {"huge"},
     "step_factor": {"huge"},  # a restart round that long never fits the budget: no restart
     "shrink": {"zero"}, "perturb": {"zero"}, "random_configs": {"zero"}, "random_weights": {"zero"},
     # members: no evaluation, no clipping (a huge clip), coefficients of 0 (off) or any size (a member whose loss

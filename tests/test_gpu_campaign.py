@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -43,44 +44,34 @@ def test_help_lists_the_options() -> None:
         assert flag in proc.stdout, flag
 
 
-def test_a_tiny_campaign_trains_delivers_and_the_next_one_continues_its_runs(tmp_path: Path) -> None:
-    first = run("--limit", "40", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
-                "--arms", "bigfish_none", "--work", str(tmp_path / "a"), "--deliver", str(tmp_path / "out1"))
-    assert first.returncode == 0, first.stdout + first.stderr
-    out1 = tmp_path / "out1"
-    assert sorted(p.name for p in out1.iterdir()) == ["archive.tar.gz.00", "results.tar.gz", "summary.md"]
-    with tarfile.open(out1 / "results.tar.gz") as tar:
-        names = tar.getnames()
-    assert {"bigfish_none/config.yaml", "bigfish_none/history.csv", "train_bigfish_none.txt"} <= set(names)
-    before = pd.read_csv(tmp_path / "a" / "runs" / "bigfish_none" / "history.csv")
-    rounds = before["round"].max() + 1
-    assert rounds >= 1 and sorted(before["member"].unique()) == [0, 1, 2], first.stdout
-    assert f"run bigfish_none: {rounds} rounds" in (out1 / "summary.md").read_text()
-    # the archive carries the last finished round's checkpoints, not the round before that the runner also keeps
-    with tarfile.open(fileobj=io.BytesIO(gzip.decompress((out1 / "archive.tar.gz.00").read_bytes()))) as tar:
-        checkpoints = sorted(n for n in tar.getnames() if n.endswith(".ckpt"))
-    assert checkpoints == [f"bigfish_none/checkpoints/member_{m}.r{rounds - 1}.ckpt" for m in range(3)], checkpoints
+KEPT = re.compile(r"^train (\w+): stopped by its time limit, everything saved; \d+ finished rounds, ([\d,]+) env steps "
+                  r"trained and kept in this loan", re.MULTILINE)
 
-    # collected as a loan's delivery is kept between loans
-    kept = tmp_path / "kept"
-    archive.collect(out1, kept)
-    assert (kept / "archive.tar.gz.00").read_bytes() == (out1 / "archive.tar.gz.00").read_bytes()
-    assert (kept / "runs" / "bigfish_none" / "history.csv").is_file() and len(list(kept.glob("summary-*.md"))) == 1
 
-    # a fresh work folder, as on the next machine: only the archive travels. Its limit is longer: unpacking the
-    # archive and restoring the envs come out of it (under a loaded suite, a limit as short as the first once left no
-    # time for a round)
-    second = run("--limit", "60", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
-                 "--arms", "bigfish_none", "--work", str(tmp_path / "b"), "--deliver", str(tmp_path / "out2"),
-                 "--resume-from", str(kept / "archive"))
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert "resumed from" in second.stdout and "runs bigfish_none" in second.stdout
-    after = pd.read_csv(tmp_path / "b" / "runs" / "bigfish_none" / "history.csv")
-    assert after["round"].max() + 1 > rounds, second.stdout
-    # the finished rounds came along as they were; the new ones go on from the archived step counts
-    pd.testing.assert_frame_equal(after[after["round"] < rounds].reset_index(drop=True), before)
-    steps = after.groupby("member")["steps"].apply(lambda s: s.diff().dropna().unique().tolist())
-    assert all(diffs == [32] for diffs in steps), steps
+def test_three_tiny_loans_keep_what_every_arm_trained_and_go_on_inside_its_round(tmp_path: Path) -> None:
+    """Three loans of 60 s, every arm (the PB2 arm on MPI ranks), each on a fresh work folder with only the
+    archive carried: every run stops by its time limit inside a round with everything saved, so every arm's kept
+    steps grow in every loan, and each loan's runs continue the one before's rows unchanged."""
+    kept, before = tmp_path / "kept", {}
+    for loan in range(3):
+        out = tmp_path / f"out{loan}"
+        carried = ["--resume-from", str(kept / "archive")] if loan else []
+        proc = run("--limit", "60", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
+                   "--archive-mb", "40", "--work", str(tmp_path / f"w{loan}"), "--deliver", str(out), *carried)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        grew = {name: int(steps.replace(",", "")) for name, steps in KEPT.findall(proc.stdout)}
+        assert sorted(grew) == sorted(a.name for a in campaign.ARMS) and min(grew.values()) > 0, proc.stdout
+        assert {"archive.tar.gz.00", "results.tar.gz", "summary.md"} <= {p.name for p in out.iterdir()}
+        with tarfile.open(out / "results.tar.gz") as tar:
+            assert {"bigfish_pb2/config.yaml", "bigfish_pb2/history.csv", "train_bigfish_pb2.txt"} <= set(tar.getnames())
+        archive.collect(out, kept)
+        for name in grew:
+            history = tmp_path / f"w{loan}" / "runs" / name / "history.csv"
+            now = pd.read_csv(history) if history.is_file() else pd.DataFrame()
+            if name in before and len(before[name]):
+                pd.testing.assert_frame_equal(now.iloc[:len(before[name])], before[name])
+            before[name] = now
+    assert len(list(kept.glob("summary-*.md"))) >= 1
 
 
 def files(folder: Path) -> dict[str, bytes | None]:
@@ -220,7 +211,7 @@ def test_an_arm_stopped_before_its_first_round_starts_over_on_the_next_loan(tmp_
     one_round = [v if v != "320000" else "32" for v in campaign.TINY]
     train(c, 240, one_round, [Arm("solo", "bigfish", "none", 1)])
     assert any("solo: starts over" in line for line in c.log), c.log
-    assert any("ended by itself (0) at 1 rounds" in line for line in c.log), (work / "train_solo.txt").read_text()
+    assert any("solo: finished; 1 finished rounds, 32 env steps trained and kept" in line for line in c.log), c.log
     assert len(pd.read_csv(folder / "history.csv")) == 1
 
     (folder / "history.csv").write_text("member,round,steps\n")
@@ -309,14 +300,14 @@ def test_an_archive_that_cannot_fit_even_at_its_smallest_level_is_refused(traine
 
 
 def test_the_archive_carries_each_runs_last_round_reading_its_history_once(tmp_path: Path, monkeypatch) -> None:
-    """Of each run's checkpoints only the last finished round's travel (the one before, kept against a kill, and
-    one written past the history's last round stay behind; replay segments travel); each history is read once,
-    not once per checkpoint."""
+    """Of each run's checkpoints only the last finished round's and the round in progress after it travel (the
+    round before, kept against a kill, and any past the round in progress stay behind; replay segments travel);
+    each history is read once, not once per checkpoint."""
     for run, last in (("a", 2), ("b", 0)):
         folder = tmp_path / "runs" / run
         (folder / "checkpoints").mkdir(parents=True)
         (folder / "history.csv").write_text("member,round,score\n" + "".join(f"0,{r},1.0\n" for r in range(last + 1)))
-        for r in range(max(last - 1, 0), last + 2):
+        for r in range(max(last - 1, 0), last + 3):
             for m in range(3):
                 torch.save({"steps": r}, folder / "checkpoints" / f"member_{m}.r{r}.ckpt")
         (folder / "checkpoints" / "member_0.r0.replay").write_bytes(b"segment")
@@ -326,6 +317,6 @@ def test_the_archive_carries_each_runs_last_round_reading_its_history_once(tmp_p
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(archive._packed(tmp_path, "full")))) as tar:
         names = sorted(n for n in tar.getnames() if "checkpoints" in n)
     travel = [f"{run}/checkpoints/{name}" for run, r in (("a", 2), ("b", 0))
-              for name in [*(f"member_{m}.r{r}.ckpt" for m in range(3)), "member_0.r0.replay"]]
+              for name in [*(f"member_{m}.r{k}.ckpt" for m in range(3) for k in (r, r + 1)), "member_0.r0.replay"]]
     assert names == sorted(travel)
     assert sorted(reads) == ["a", "b"]

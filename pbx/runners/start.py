@@ -28,7 +28,7 @@ from pbx.runners.loop import RunFailed
 from pbx.runners.mpi import Kind, abort, receive, run_on_ranks, send, world
 from pbx.runners.stopping import STOPPED_EXIT, RunStopped, StopClock
 from pbx.runners.sync import SyncRunner
-from pbx.settings import RunSettings, load_yaml, parse_override
+from pbx.settings import RunSettings, check_run_dir, load_yaml, parse_override
 
 if TYPE_CHECKING:
     from mpi4py.MPI import Intracomm
@@ -72,7 +72,7 @@ def new_run(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), 
     mpi = use_mpi(cfg, comm)
     if cfg.run.name is None:
         cfg.run.name = f"{cfg.run.env}-{cfg.run.search}-s{cfg.run.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    folder = RunDir(Path(run_dir) if run_dir is not None else Path("runs") / cfg.run.name)
+    folder = RunDir(check_run_dir(run_dir if run_dir is not None else Path("runs") / cfg.run.name))
     return Setup(cfg, folder, folder.create(), True, mpi)
 
 
@@ -155,7 +155,6 @@ def launch(setup: Callable[[Intracomm | None], Setup], contained: bool = False,
     try:
         ready = setup(comm)
         cfg, run_dir = ready.cfg, ready.run_dir
-        clock.save_every_s = 60 * cfg.run.checkpoint_minutes
         size = comm.Get_size() if comm is not None else 1
         # A resume's changes are written once the runner has checked the folder: a refused resume changes nothing.
         rewrite = ready.changed and ready.resumed

@@ -36,7 +36,9 @@ class LocalExecutor(Executor):
                  local_rank: int = 0, clock: StopClock | None = None) -> None:
         self.cfg = cfg
         self.clock = clock if clock is not None else StopClock()
-        """When the members stop inside a round (:mod:`pbx.runners.stopping`)."""
+        """When the members stop inside a round (:mod:`pbx.runners.stopping`), saving it every
+        ``checkpoint_minutes`` on the way."""
+        self.clock.save_every_s = 60 * cfg.run.checkpoint_minutes
         self.run_dir = run_dir
         self.indices = list(range(cfg.most_members)) if indices is None else list(indices)
         """The members this process trains or trained (a first population's extra members stay, for pruning)."""

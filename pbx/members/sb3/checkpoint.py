@@ -80,6 +80,7 @@ class Checkpointed:
     _config: dict[str, Any]
     _cuda: bool
     _round: InRound | None
+    _learner_state: Callable[[], dict[str, Any]]
     apply: Callable[[Any], None]
     _started: Callable[[np.ndarray], None]
 
@@ -177,6 +178,11 @@ class Checkpointed:
         # rounds, from a finished round's file) has none to take.
         in_round = state.get("in_round") if own else None
         self._round = None if in_round is None else InRound.restored(in_round)
+        if self._round is not None:
+            if self._round.start is None:  # a checkpoint carried without it: a divergence goes back to here
+                self._round.start = self._learner_state()
+            if state["env_state"] is None:  # the envs restarted their episodes: each now begins inside the round
+                self._round.episodes.fresh[:] = True
 
     def _exploited(self, state: dict[str, Any], path: Path) -> None:
         """What an exploit does besides copying the donor's learner: the envs' latest observations, normalised by

@@ -72,8 +72,9 @@ class InRound:
     end: int
     """The member's env steps at the round's end."""
     episodes: RoundEpisodes
-    start: dict[str, Any]
-    """The learner's state at the round's start (:meth:`pbx.members.sb3.member.SB3Member._learner_state`)."""
+    start: dict[str, Any] | None
+    """The learner's state at the round's start (:meth:`pbx.members.sb3.member.SB3Member._learner_state`); None in
+    a checkpoint carried without it (the GPU campaign's archive), where the load takes the state it restores."""
 
     def state(self) -> dict[str, Any]:
         """As a checkpoint holds it."""
