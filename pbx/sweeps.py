@@ -61,7 +61,7 @@ from pbx.history import complete_rounds, read_csv, restart_marks
 from pbx.standings import best_rows
 from pbx.run_dir import RunDir, folder_part
 from pbx.runners.start import announce_run, exit_code, launch, new_run, rank_layers, resumed_run
-from pbx.runners.stopping import STOPPED_EXIT, RunStopped, StopClock, check_time_limit
+from pbx.runners.stopping import RunStopped, StopClock, check_time_limit
 from pbx.slurm import SlurmSettings, slurm_settings
 from pbx.yaml_files import read_yaml
 
@@ -368,15 +368,24 @@ def execute(sweep: Sweep, spec: RunSpec, resume: bool, comm: Intracomm | None = 
     spec.path.mkdir(parents=True, exist_ok=True)
     announce_run(comm)
     with open(spec.path / "train.log", "a", buffering=1) as log, contextlib.redirect_stdout(log):
+        stopped: list[RunStopped] = []
+
+        def start() -> None:
+            try:
+                launch(setup, contained=True, clock=clock)
+            except RunStopped as err:  # the sweep says how to go on (rerun it), in its own line
+                print(err)
+                stopped.append(err)
+
         try:
-            code = exit_code(lambda: launch(setup, contained=True, clock=clock))
+            code = exit_code(start)
         except Exception as err:  # a member that died: the other runs go on
             (spec.path / "error.txt").write_text(traceback.format_exc())
             return f"{type(err).__name__}: {err}; traceback in {spec.path / 'error.txt'}"
     if code == 130:
         raise KeyboardInterrupt
-    if code == STOPPED_EXIT:
-        raise RunStopped(f"{spec.label} stopped with everything it trained saved")
+    if stopped:
+        raise RunStopped(f"{spec.label} {str(stopped[0]).split(': continue with')[0]}")
     return None if code == 0 else f"exit {code}"
 
 

@@ -218,3 +218,21 @@ def test_a_resume_keeps_the_round_in_progress_and_the_prune_after_it_clears_it(t
     run_dir.prune_checkpoints(keep_round=5)
     assert sorted(p.name for p in run_dir.checkpoints.iterdir()) == ["member_0.replay.000001.npz",
                                                                       "member_1.r5.ckpt"]
+
+
+def test_the_signals_stop_at_the_next_boundary_and_a_second_interrupts() -> None:
+    """SIGUSR1 (Slurm's warning) and SIGTERM only mark the clock (a boundary stops the member); a second SIGTERM or
+    SIGINT raises KeyboardInterrupt at once; outside the block the process's own handlers are back."""
+    before = signal.getsignal(signal.SIGTERM)
+    clock = StopClock()
+    with clock.on_signals():
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert clock.reason == "SIGUSR1" and clock.due()
+        os.kill(os.getpid(), signal.SIGUSR1)  # a repeated warning is no reason to interrupt
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGTERM) is before
+    limited = StopClock(time_limit=3600.0)
+    assert not limited.due() and not limited.stopping
+    limited.started -= 3600.0 - 4.0  # 4 s left, less than the save's reserve before any save was measured
+    assert limited.stopping and limited.reason == "its time limit of 3600 s"

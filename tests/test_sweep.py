@@ -306,3 +306,17 @@ def test_each_run_of_an_in_process_sweep_starts_from_clean_torch_state(tmp_path,
     assert main([str(exp), "--seeds", "1", "--out", str(tmp_path / "out")]) == 0
     assert seen == [(True, True), (False, False)]  # the first run's setting did not carry over to the second
     assert (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()) == before
+
+
+def test_a_sweep_stopped_by_its_time_limit_goes_on_when_rerun(reference, tmp_path, capsys) -> None:
+    """``--time-limit``: the run in progress stops with everything saved, the command says how to go on and exits
+    75; rerunning the sweep resumes that run and ends with the uninterrupted sweep's histories."""
+    exp, ref = reference
+    out = tmp_path / "sweep"
+    assert main([str(exp), "--out", str(out), "--time-limit", "1.5"]) == 75
+    err = capsys.readouterr().err
+    assert err.startswith("stopped: ") and f"rerun python -m pbx.sweep {exp}" in err and err.endswith("to go on\n")
+    assert not all((out / run / "history.csv").is_file() for run in RUNS), "the limit should land mid-sweep"
+    assert main([str(exp), "--out", str(out)]) == 0
+    for run in RUNS:
+        pd.testing.assert_frame_equal(_history(out / run), _history(ref / run))
