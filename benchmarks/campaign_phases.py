@@ -213,17 +213,21 @@ def train(c: Campaign, seconds: float, base: list[str], arms: list[Arm]) -> None
         running[arm.name] = (subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                               env=python_env(), start_new_session=True), folder)
     steps = {name: _steps(folder) for name, (_, folder) in running.items()}
-    for name, (proc, folder) in running.items():
-        try:
-            proc.wait(timeout=max(began + seconds - time.monotonic(), 0.0))
-        except subprocess.TimeoutExpired:
-            stop(proc, grace=max(min(20.0, c.left() - 1.0), 1.0))
-        how = {0: "finished", 75: "stopped by its time limit, everything saved"}.get(proc.returncode,
-                                                                                    f"ended ({proc.returncode})")
-        c.say(f"train {name}: {how}; {_rounds(folder)} finished rounds, {_steps(folder) - steps[name]:,} env steps "
-              f"trained and kept in this loan ({_steps(folder):,} in all)")
-    for out in logs:
-        out.close()
+    try:
+        for name, (proc, folder) in running.items():
+            try:
+                proc.wait(timeout=max(began + seconds - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                stop(proc, grace=max(min(20.0, c.left() - 1.0), 1.0))
+            how = {0: "finished", 75: "stopped by its time limit, everything saved"}.get(proc.returncode,
+                                                                                        f"ended ({proc.returncode})")
+            c.say(f"train {name}: {how}; {_rounds(folder)} finished rounds, {_steps(folder) - steps[name]:,} env "
+                  f"steps trained and kept in this loan ({_steps(folder):,} in all)")
+    finally:  # the campaign interrupted (Ctrl-C, SIGTERM): its runs, in sessions of their own, stop with it
+        for proc, _ in running.values():
+            stop(proc)
+        for out in logs:
+            out.close()
 
 
 def _steps(folder: Path) -> int:

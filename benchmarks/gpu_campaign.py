@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
 import time
 from pathlib import Path
@@ -82,6 +83,8 @@ DELIVER_S = {"paper": 60.0, "tiny": 12.0}
 
 
 def main(argv: list[str] | None = None) -> None:
+    # SIGTERM as Ctrl-C: the phases' runs (in sessions of their own) are stopped on the way out, not left running
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if argv is None and sys.argv[1:2] == ["collect"]:
         if len(sys.argv) != 3:
             refuse("usage: gpu_campaign.py collect DELIVERED")

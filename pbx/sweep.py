@@ -10,7 +10,10 @@ finished runs, resumes stopped ones and starts the rest, each from its variant's
 settings as resolved when the sweep folder was made (a variant that resolves
 differently now is refused unless ``--keep-stored``). A run that fails is
 reported and the others go on, under MPI too; the command then exits 1 naming
-the failed runs. The file's format and the folder's layout: :mod:`pbx.sweeps`.
+the failed runs. ``--time-limit`` (or the file's ``time_limit:``), SIGTERM,
+Ctrl-C and SIGUSR1 stop the run in progress inside its round with everything
+saved and exit 75; rerunning goes on inside that round. The file's format and
+the folder's layout: :mod:`pbx.sweeps`.
 """
 
 from __future__ import annotations

@@ -80,16 +80,6 @@ def test_a_recipient_on_another_rank_gets_the_donors_weights_and_optimizer(comm:
         assert torch.equal(after["optimizer"]["state"][0][name], value), name
 
 
-def test_a_tiny_bigfish_pbt_run_completes_on_two_ranks(tmp_path: Path) -> None:
-    proc = mpiexec("-m", "pbx.train", "--env", "bigfish", "--search", "PBT", "--batchsize", "2", "--quantile", "0.5",
-                   "-m", "n_envs=2", "n_steps=16", "batch_size=16", "eval_episodes=1", "eval_max_steps=200",
-                   "--t_ready", "32", "--max_budget", "96", "--device", "cpu", "--run-dir", str(tmp_path / "r"))
-    assert proc.returncode == 0, proc.stderr
-    frame = read_csv(tmp_path / "r" / "history.csv")
-    assert len(frame) == 6 and (frame["steps"] == [32, 32, 64, 64, 96, 96]).all()
-    assert sorted(p.name for p in (tmp_path / "r" / "tb").iterdir()) == ["member_0", "member_1", "population"]
-
-
 def rank_pid(run_dir: Path, rank: int, timeout: float = 60) -> int:
     """The pid of the ``pbx.train`` process of MPI rank ``rank`` training into ``run_dir``."""
     deadline = time.time() + timeout

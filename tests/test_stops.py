@@ -89,15 +89,6 @@ def test_stopped_inside_every_few_rollouts_resumes_to_the_uninterrupted_run(whol
     assert not list((folder / "checkpoints").glob("*.part.*")) and not list((folder / "checkpoints").glob("*.done.*"))
 
 
-def test_periodic_saves_inside_rounds_change_nothing(whole: Path, tmp_path: Path) -> None:
-    """A save at every rollout boundary (``checkpoint_minutes`` as small as it goes), trained on in the same
-    process: the uninterrupted run's history, each save leaving the member's round whole."""
-    folder = tmp_path / "saved"
-    layer = {**LAYER, "run": {**LAYER["run"], "checkpoint_minutes": 1e-9}}
-    launch(lambda comm: new_run([layer], run_dir=folder))
-    assert_same_run(folder, whole)
-
-
 def wait_for(pattern: str, folder: Path, proc: subprocess.Popen, count: int = 1, timeout: float = 120) -> None:
     """Wait until ``count`` files match ``pattern`` in ``folder``'s checkpoints (the process still running)."""
     deadline = time.time() + timeout
@@ -112,8 +103,9 @@ def train(*args: str) -> subprocess.Popen:
 
 
 def test_a_kill_after_a_periodic_save_and_a_sigterm_each_keep_the_round(whole: Path, tmp_path: Path) -> None:
-    """``kill -9`` once a member has saved inside round 0 (periodic saves every rollout), a resume, SIGTERM inside
-    round 1: exit 75 with one line naming how to go on; a resume ends with the uninterrupted run's history."""
+    """``kill -9`` once a member has saved inside round 0 (periodic saves at every rollout, each trained on in the
+    same process), a resume, SIGTERM inside round 1: exit 75 with one line naming how to go on; a resume ends with
+    the uninterrupted run's history."""
     folder = str(tmp_path / "run")
     job = train(*BIGFISH, "-m", "checkpoint_minutes=1e-9", "--run-dir", folder)
     wait_for("member_0.r0.part.ckpt", Path(folder), job)
@@ -190,6 +182,7 @@ def test_two_ranks_stop_inside_the_round_on_a_signal_to_mpiexec_or_to_one_rank(w
                           capture_output=True, text=True, timeout=240)
     assert last.returncode == 0, last.stderr
     assert_same_run(Path(folder), whole)
+    assert sorted(p.name for p in (Path(folder) / "tb").iterdir()) == ["member_0", "member_1", "population"]
 
 
 def test_a_bad_time_limit_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
