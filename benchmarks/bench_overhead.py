@@ -192,6 +192,7 @@ def round_vs_member_work(repeats: int) -> Row:
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
         run_dir = RunDir(Path(tmp) / "run")
         run_dir.create()
+        run_dir.begin()
         frame = SyncRunner(cfg, run_dir).run().frame
     round_end = frame.groupby("round")["wall_s"].max().to_numpy()
     wall = float(round_end[-1] - round_end[0])

@@ -22,5 +22,6 @@ def run_toy(folder: Path, search: str, pop_size: int = 4, seed: int = 0,
                     "strategy": strategy or {}}])
     run_dir = RunDir(folder)
     run_dir.create()
+    run_dir.begin()
     with contextlib.redirect_stdout(io.StringIO()):  # the run's round lines; a benchmark prints a table
         return SyncRunner(cfg, run_dir).run()

@@ -79,10 +79,10 @@ class RunDir:
         return self.path / "report"
 
     def written(self) -> tuple[Path, ...]:
-        """Every file and folder a run writes at its top level (``report/`` is the report's): a new run refuses
-        a folder that holds any of them, so that whatever :meth:`discard` removes is the run's own."""
-        return (self.config, self.history, self.curves, self.strategy, self.checkpoints, self.kept,
-                self.tb, self.path / ".lock")
+        """Every file and folder a run writes at its top level (``report/`` is the report's; ``.lock``, the
+        folder's lock, any pbx process may leave): a new run refuses a folder that holds any of them, so that
+        whatever :meth:`discard` removes is the run's own."""
+        return (self.config, self.history, self.curves, self.strategy, self.checkpoints, self.kept, self.tb)
 
     def create(self) -> bool:
         """Make the folder for a new run; whether it was made (False: it existed, holding none of a run's files).
@@ -102,9 +102,19 @@ class RunDir:
             raise UsageError(f"{self.path} holds {', '.join(taken)}, which a new run would write, and no run "
                              f"(config.yaml): pick a new or empty folder with --run-dir")
         made = not self.path.exists()
-        self.checkpoints.mkdir(parents=True)
-        self.tb.mkdir()
+        self.path.mkdir(parents=True, exist_ok=True)
         return made
+
+    def begin(self) -> None:
+        """Make a new run's folders, once the process holds the folder's lock (:meth:`lock`): a run refused before
+        (bad input, a folder in use) leaves none of them behind, and a folder that another process filled since
+        :meth:`create` looked is refused."""
+        taken = [p.name for p in self.written() if p.exists()]
+        if taken:
+            raise UsageError(f"{self.path} holds {', '.join(taken)} since this run looked at it (another run "
+                             f"started there): pick another folder with --run-dir")
+        self.checkpoints.mkdir()
+        self.tb.mkdir()
 
     def discard(self, made: bool) -> None:
         """Remove what a new run wrote before a refusal ended it with no round in its history, so the name is
@@ -113,12 +123,14 @@ class RunDir:
         the run's own files go: :meth:`create` refused a folder holding any of them before."""
         if self.history.is_file() and len(self.history.read_text().splitlines()) > 1:
             return  # a finished round: the run exists, and --resume continues it
-        for f in (self.config, self.history, self.curves, self.strategy, self.path / ".lock"):
+        for f in (self.config, self.history, self.curves, self.strategy):
             f.unlink(missing_ok=True)
         for folder in (self.checkpoints, self.kept, self.tb):
             shutil.rmtree(folder, ignore_errors=True)
-        if made and not any(self.path.iterdir()):
-            self.path.rmdir()
+        if made:  # the lock file too (in a folder it did not make, a .lock may have been there before: it stays)
+            (self.path / ".lock").unlink(missing_ok=True)
+            if not any(self.path.iterdir()):
+                self.path.rmdir()
 
     def require_run(self) -> None:
         """Raise unless this folder holds a run that can be resumed."""

@@ -84,6 +84,7 @@ def run_toy(folder: Path, strategy: dict[str, object] | None = None, **run: obje
     cfg = toy_config(strategy, **run)
     run_dir = RunDir(folder)
     run_dir.create()
+    run_dir.begin()
     cfg.write(run_dir.config)
     return SyncRunner(cfg, run_dir).run()
 

@@ -330,8 +330,8 @@ def test_an_integer_range_holding_an_invalid_value_is_refused_before_the_run(alg
              "buffer_size=1000", "eval_episodes=1", "net_arch=[16]"]  # should it start, a short run
     assert main(["--algo", algo, "--env", env, "--space", str(space), *short, "--run-dir", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err == (
-        "error: search space: gradient_steps must be a positive integer, or -1 (one per env step), got 0, which "
-        "its range [-1, 8] holds (a member may draw or explore to any whole number of it): give the values as "
+        "error: search space: gradient_steps must be a positive integer up to 10,000,000, or -1 (one per env step), "
+        "got 0, which its range [-1, 8] holds (a member may draw or explore to any whole number of it): give the values as "
         "categorical choices instead\n")
     assert not (tmp_path / "run").exists()
     space.write_text("gradient_steps: {type: integer, low: 1, high: 8}\n")

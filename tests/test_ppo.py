@@ -611,7 +611,7 @@ def test_a_minibatch_that_does_not_divide_the_fixed_rollout_is_a_usage_error() -
 @pytest.mark.parametrize("settings, match", [
     ({"gamma": 0.0}, "gamma must be in \\(0, 1\\], got 0.0"),
     ({"distribution_mode": "medium"}, "distribution_mode must be one of easy, hard"),
-    ({"eval_episodes": -1}, "eval_episodes must be an integer >= 0 \\(0: no evaluation\\), got -1"),
+    ({"eval_episodes": -1}, "eval_episodes must be an integer from 0 to 65,536 \\(0: no evaluation\\), got -1"),
     ({"value_loss": "baselines"}, "value_loss must be one of reference, sb3, got 'baselines'"),
     ({"clip_range_vf": 0.3}, "clip_range_vf=0.3 has no effect with value_loss: reference"),
     ({"clip_range_vf": None}, "clip_range_vf=None has no effect with value_loss: reference"),

@@ -91,7 +91,7 @@ def test_a_diverging_member_gets_a_nan_score_and_is_replaced(tmp_path) -> None:
     class Poisoned(PPOMember):
         """Member 1's weights turn NaN inside its second round's gradient update, as a huge step would do."""
 
-        def train(self, steps: int) -> float:
+        def train(self, steps: int, stop=None) -> float:  # type: ignore[no-untyped-def]
             if self.context.index == 1 and self.steps == 64:
                 update = self.model.train
 
@@ -101,10 +101,10 @@ def test_a_diverging_member_gets_a_nan_score_and_is_replaced(tmp_path) -> None:
                         p.data.fill_(float("nan"))
                 self.model.train = poisoned_update
                 try:
-                    return super().train(steps)
+                    return super().train(steps, stop)
                 finally:
                     del self.model.train
-            return super().train(steps)
+            return super().train(steps, stop)
 
     cfg = resolve([{"run": {"env": "CartPole-v1", "search": "PBT", "pop_size": 2, "t_ready": 64,
                             "max_budget": 256, "device": "cpu"},
@@ -112,6 +112,7 @@ def test_a_diverging_member_gets_a_nan_score_and_is_replaced(tmp_path) -> None:
     cfg.member_cls = Poisoned
     run_dir = RunDir(tmp_path / "run")
     run_dir.create()
+    run_dir.begin()
     frame = SyncRunner(cfg, run_dir).run().frame.set_index(["member", "round"])
     assert np.isnan(frame.loc[(1, 1), "score"]) and np.isfinite(frame.loc[(0, 1), "score"])
     # the NaN member copies the finite one at the next exploit and trains on (a member with non-finite
@@ -202,6 +203,7 @@ def test_score100_is_the_mean_of_the_last_100_finished_episodes(tmp_path, monkey
                     "member": {"n_envs": 4, "n_steps": 256, "batch_size": 256, "eval_episodes": 0}}])
     run_dir = RunDir(tmp_path / "run")
     run_dir.create()
+    run_dir.begin()
     cfg.write(run_dir.config)
     at_round_end: list[float] = []
 

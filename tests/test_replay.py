@@ -250,5 +250,6 @@ def test_a_change_point_inside_a_round_switches_at_the_next_boundary(tmp_path) -
     cfg = resolve([_replay_config(points)])
     run_dir = RunDir(tmp_path / "run")
     run_dir.create()
+    run_dir.begin()
     frame = SyncRunner(cfg, run_dir).run().frame
     assert frame["h1"].tolist() == [0.0, 0.0, 1.0, 1.0] and frame["explored"].tolist() == [False, False, True, False]

@@ -297,9 +297,9 @@ def test_each_run_of_an_in_process_sweep_starts_from_clean_torch_state(tmp_path,
                    "sweep: {deterministic: [true, false]}\n")
     seen, train = [], PPOMember.train
 
-    def spy(self: PPOMember, steps: int) -> float:
+    def spy(self: PPOMember, steps: int, stop=None) -> float:  # type: ignore[no-untyped-def]
         seen.append((self.settings.deterministic, torch.are_deterministic_algorithms_enabled()))
-        return train(self, steps)
+        return train(self, steps, stop)
 
     monkeypatch.setattr(PPOMember, "train", spy)
     before = (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads())

@@ -159,6 +159,8 @@ def launch(setup: Callable[[Intracomm | None], Setup], contained: bool = False,
         # A resume's changes are written once the runner has checked the folder: a refused resume changes nothing.
         rewrite = ready.changed and ready.resumed
         with run_dir.lock(), clock.on_signals():
+            if not ready.resumed:
+                run_dir.begin()
             fresh = ready.made  # under the lock: a folder another process holds is never this run's to remove
             if not ready.resumed:
                 cfg.write(run_dir.config)
