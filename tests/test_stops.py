@@ -227,5 +227,5 @@ def test_the_signals_stop_at_the_next_boundary_and_a_second_interrupts() -> None
     assert signal.getsignal(signal.SIGTERM) is before
     limited = StopClock(time_limit=3600.0)
     assert not limited.due() and not limited.stopping
-    limited.started -= 3600.0 - 4.0  # 4 s left, less than the save's reserve before any save was measured
+    limited.started -= 3600.0 - 1.5  # 1.5 s left, less than the save's reserve before any save was measured
     assert limited.stopping and limited.reason == "its time limit of 3600 s"

@@ -34,9 +34,10 @@ with ``--resume``); 0 means finished, 2 bad input, 130 interrupted at once."""
 SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1")
 """The signals that stop a run at its next rollout boundary."""
 
-SAVE_RESERVE_S = 5.0
-"""Seconds a time limit keeps for the save before any save has been measured (a bigfish member's mid-round save
-took 0.1 s here: ``docs/reference.md``); after one, twice the slowest save seen plus a second."""
+SAVE_RESERVE_S = 2.0
+"""Seconds a time limit keeps for the save before any save has been measured (a bigfish member's mid-round save at
+the shipped setting took 0.04 s and 12.8 MB on a 2-core CPU: ``benchmarks/bench_stops.py``); after one, twice the
+slowest save seen plus half a second."""
 
 
 class RunStopped(Exception):
@@ -121,7 +122,7 @@ class StopClock:
         """Whether the run is to stop now: asked to (here or, told through :attr:`peers`, elsewhere), or past the
         point where another rollout and a save fit before the time limit."""
         if self.reason is None and self.deadline is not None:
-            reserve = self._rollout_s + (SAVE_RESERVE_S if self._save_s is None else 2 * self._save_s + 1.0)
+            reserve = self._rollout_s + (SAVE_RESERVE_S if self._save_s is None else 2 * self._save_s + 0.5)
             if time.monotonic() + reserve >= self.deadline:
                 self.request(f"its time limit of {self.time_limit:g} s")
         if self.peers is not None:
