@@ -49,9 +49,15 @@ class SlurmSettings:
     """Further ``#SBATCH`` options, e.g. ``[--account=rl, --qos=long]``."""
 
     def __post_init__(self) -> None:
-        if self.ranks < 1 or self.gpus < 0 or (self.cpus_per_task or 1) < 1 or (self.max_parallel or 1) < 1:
+        counts = (self.ranks, 1 if self.cpus_per_task is None else self.cpus_per_task,
+                  1 if self.max_parallel is None else self.max_parallel)
+        if min(counts) < 1 or self.gpus < 0:
             raise UsageError(f"slurm: ranks, cpus_per_task and max_parallel must be positive, gpus at least 0: "
                              f"{self}")
+        for name in ("time", "mem", "partition"):  # an empty one would write an #SBATCH line sbatch refuses
+            value = getattr(self, name)
+            if value is not None and not str(value).strip():
+                raise UsageError(f"slurm: {name} must name a value or be left out, got {value!r}")
         if self.launcher not in LAUNCHERS:
             raise UsageError(f"slurm: launcher must be {' or '.join(LAUNCHERS)}, got {self.launcher!r}")
         if not isinstance(self.sbatch, list) or not all(isinstance(o, str) for o in self.sbatch):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 import types
 import typing
 from typing import Any, Mapping
@@ -171,3 +172,109 @@ def test_every_field_refuses_bad_input_with_one_line_and_takes_only_what_it_mean
             elif not _valid(got, value, hint):
                 wrong.append(f"{where}: taken as {got!r}, not the finite value asked")
     assert not wrong, f"{case}: {len(wrong)} of {tried} probes broke the contract:\n" + "\n".join(wrong)
+
+
+SWEEP = {"run": {"env": "toy", "pop_size": 4, "t_ready": 4, "max_budget": 40}, "sweep": {"search": ["none", "PBT"]},
+         "seeds": 2}
+"""An experiment file that loads; each probe replaces one of its keys (or one field of its ``slurm:``)."""
+SWEEP_TAKES: dict[str, set[str]] = {
+    "time_limit": {"huge"},  # a limit no sweep reaches
+    "slurm.time": {"word"}, "slurm.mem": {"word"}, "slurm.partition": {"word"}, "slurm.gpus": {"zero", "huge"},
+    "slurm.ranks": {"huge"}, "slurm.cpus_per_task": {"huge"}, "slurm.max_parallel": {"huge"},
+}
+"""The probes each sweep-file key takes, as :data:`TAKES` for settings: any word names a Slurm time, memory or
+partition and any count is a request, which Slurm checks against its cluster when the script is submitted; no
+GPU is a GPU count."""
+
+
+def _sweep_keys() -> dict[str, Any]:
+    """Each key of an experiment file besides the run's settings, by name, and its type."""
+    from pbx.slurm import SlurmSettings
+
+    keys: dict[str, Any] = {"seeds": int, "time_limit": float}
+    keys.update({f"slurm.{f.name}": hint for f in dataclasses.fields(SlurmSettings)
+                 for hint in [typing.get_type_hints(SlurmSettings)[f.name]]})
+    return keys
+
+
+def test_every_sweep_file_key_refuses_bad_input_with_one_line(tmp_path) -> None:
+    """The experiment file's own keys (``seeds``, ``time_limit``, each ``slurm:`` field) through ``load_sweep``, the
+    probes of the settings' test: refused in one line, or taken where :data:`SWEEP_TAKES` says, and nothing written
+    either way (the sweep folder is made only when the sweep runs)."""
+    import yaml
+
+    from pbx.sweeps import load_sweep
+
+    wrong: list[str] = []
+    file = tmp_path / "exp.yaml"
+    for key, hint in _sweep_keys().items():
+        for probe, value in probes(hint).items():
+            content = {k: (dict(v) if isinstance(v, dict) else v) for k, v in SWEEP.items()}
+            section, _, name = key.rpartition(".")
+            (content.setdefault(section, {}) if section else content)[name] = value
+            file.write_text(yaml.safe_dump(content))
+            try:
+                load_sweep(file, out=tmp_path / "out", ranks=None if section else 1)
+            except UsageError as err:
+                if "\n" in str(err):
+                    wrong.append(f"{key}={value!r} ({probe}): a refusal of more than one line: {err}")
+                continue
+            except Exception as err:  # noqa: BLE001  (the contract: nothing but UsageError)
+                wrong.append(f"{key}={value!r} ({probe}): {type(err).__name__}: {err}")
+                continue
+            if probe not in SWEEP_TAKES.get(key, set()):
+                wrong.append(f"{key}={value!r} ({probe}): taken; refuse it, or add {probe!r} to SWEEP_TAKES")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml"]
+    assert not wrong, f"{len(wrong)} probes broke the contract:\n" + "\n".join(wrong)
+
+
+FLAGS: dict[str, tuple[list[str], set[str]]] = {
+    # the commands' own flags, beyond the run settings' (tried above): the probes each takes
+    "pbx.train --time-limit": (["--env", "toy", "--time-limit"], {"huge"}),
+    "pbx.train --run-dir": (["--env", "toy", "-m", "max_budget=8", "--run-dir"], {"word", "zero", "negative", "nan",
+                                                                                  "inf", "1e400", "huge"}),
+    "pbx.train --resume": (["--resume"], set()),
+    "pbx.train --config": (["--config"], set()),
+    "pbx.sweep --seeds": (["SWEEP", "--seeds"], {"zero"}),
+    "pbx.sweep --only": (["SWEEP", "--only"], {"zero"}),
+    "pbx.sweep --time-limit": (["SWEEP", "--time-limit"], {"huge"}),
+}
+"""Each flag, the command line before its value (``SWEEP``: the experiment file), and the probes it takes (any name
+is a folder for ``--run-dir``; ``--seeds 0`` is seed list [0]; ``--only 0`` the first run; a time limit no run
+reaches)."""
+
+
+@pytest.mark.parametrize("flag", list(FLAGS))
+def test_every_command_flag_refuses_bad_input_with_one_line_and_exit_2(flag: str, tmp_path, monkeypatch,
+                                                                      capsys) -> None:
+    """The values the settings are tried with, as a user types them after each flag of the commands' own: exit 2
+    and one ``error:`` line, nothing written, or (where :data:`FLAGS` says the flag takes it) a run or sweep."""
+    import importlib
+
+    import yaml
+
+    command, (before, takes) = flag.split()[0], FLAGS[flag]
+    main = importlib.import_module(command).main
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "exp.yaml").write_text(yaml.safe_dump({**SWEEP, "run": {**SWEEP["run"], "max_budget": 8}}))
+    monkeypatch.chdir(work)
+    spelled = {"empty": "", "word": "bogus", "nan": "nan", "inf": "inf", "-inf": "-inf", "negative": "-1",
+               "zero": "0", "huge": str(10**18), "1e400": "1e400"}
+    wrong = []
+    for probe, text in spelled.items():
+        argv = [a if a != "SWEEP" else "exp.yaml" for a in before] + [text]
+        try:
+            code = main(argv)
+        except SystemExit as exit_:  # argparse's own refusal (pbx's parser: one error line, exit 2)
+            code = exit_.code
+        out, err = capsys.readouterr()
+        written = sorted(p.name for p in work.iterdir() if p.name != "exp.yaml")
+        if probe in takes:
+            if code not in (0, 2):
+                wrong.append(f"{probe} ({text!r}): exit {code}: {err}")
+        elif code != 2 or not err.startswith("error: ") or err.count("\n") != 1 or written:
+            wrong.append(f"{probe} ({text!r}): exit {code}, {err!r}, wrote {written}")
+        for name in written:  # what a taken value made, out of the next probe's way
+            shutil.rmtree(work / name) if (work / name).is_dir() else (work / name).unlink()
+    assert not wrong, f"{flag}:\n" + "\n".join(wrong)

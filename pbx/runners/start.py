@@ -104,7 +104,10 @@ def resumed_run(path: str | Path, changes: Mapping[str, Any] = (), overrides: Se
 def config_layers(config: str | Path | None) -> list[dict[str, Any]]:
     """The layer of ``--config``: an experiment YAML, or a run's own config.yaml, which rebuilds that run under a new
     name (not into the folder it came from)."""
-    layers = [load_yaml(config)] if config else []
+    if config is not None and not str(config).strip():
+        raise UsageError("--config '' names no file: give an experiment YAML or a run's config.yaml, or leave "
+                         "--config out")
+    layers = [load_yaml(config)] if config is not None else []
     if layers and isinstance(layers[0].get("space"), dict):
         layers[0] = {**layers[0], "run": {k: v for k, v in (layers[0].get("run") or {}).items() if k != "name"}}
     return layers
