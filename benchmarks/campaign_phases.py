@@ -244,14 +244,11 @@ def _steps(folder: Path) -> int:
     last = history[history["round"] == history["round"].max()] if len(history) else history
     held = dict(zip(last["member"], last["steps"]))
     following = int(history["round"].max()) + 1 if len(history) else 0
-    for record in (folder / "checkpoints").glob(f"member_*.r{following}.*.json"):
-        member = int(record.name.split(".")[0].removeprefix("member_"))
-        if record.name.endswith(".done.json"):
-            held[member] = int(json.loads(record.read_text())["steps"])
-    for part in (folder / "checkpoints").glob(f"member_*.r{following}.part.ckpt"):
-        member = int(part.name.split(".")[0].removeprefix("member_"))
-        if not (folder / "checkpoints" / f"member_{member}.r{following}.done.json").is_file():
-            held[member] = int(torch.load(part, map_location="cpu", weights_only=False)["steps"])
+    # a member through the round (done.json) holds its end; one stopped inside it (part.json, saved with its
+    # checkpoint) its steps there: sorted, so that a member's done record, written last, is read last
+    for record in sorted((folder / "checkpoints").glob(f"member_*.r{following}.*.json"),
+                         key=lambda path: path.name.endswith(".done.json")):
+        held[int(record.name.split(".")[0].removeprefix("member_"))] = int(json.loads(record.read_text())["steps"])
     return int(sum(held.values()))
 
 

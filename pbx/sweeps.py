@@ -385,7 +385,7 @@ def execute(sweep: Sweep, spec: RunSpec, resume: bool, comm: Intracomm | None = 
     if code == 130:
         raise KeyboardInterrupt
     if stopped:
-        raise RunStopped(f"{spec.label} {str(stopped[0]).split(': continue with')[0]}")
+        raise RunStopped(f"{spec.label} {stopped[0].summary}")
     return None if code == 0 else f"exit {code}"
 
 

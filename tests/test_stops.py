@@ -194,7 +194,7 @@ def test_a_bad_time_limit_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.
 
 
 def test_the_stop_line_says_how_far_the_round_got(tmp_path: Path) -> None:
-    line = stop_message("SIGTERM", 3, [0, 2], {1: 4096}, 4, tmp_path)
+    line = str(RunStopped(stop_message("SIGTERM", 3, [0, 2], {1: 4096}, 4), tmp_path))
     assert line == (f"stopped by SIGTERM in round 3 (members 0, 2 through it; member 1 saved inside it at 4,096 "
                     f"steps; 1 not begun): continue with --resume {tmp_path}")
 

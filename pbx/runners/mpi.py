@@ -204,11 +204,10 @@ class MPIExecutor(Executor):
         self.cfg, self.run_dir, self.comm, self.contained = cfg, run_dir, comm, contained
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)  # the ranks on this machine
-        clock = clock if clock is not None else StopClock()
-        self.stops = RankStops(comm)
-        clock.peers = self.stops
         self.local = LocalExecutor(cfg, run_dir, [i for i in range(cfg.most_members) if self.owner(i) == self.rank],
                                    local_rank=node.Get_rank(), clock=clock)
+        self.stops = RankStops(comm)
+        self.local.clock.peers = self.stops
         self._until = 0
         """The planned end of the last round trained or restored (the progress bar's count of other ranks')."""
         self.population: set[int] = set()
@@ -268,7 +267,7 @@ class MPIExecutor(Executor):
             self.stops.drain()
             stopped_inside = {i: steps for _, part, _ in reports for i, steps in part.items()}
             raise RunStopped(stop_message(reason, round_, [t.member for t in everyone], stopped_inside,
-                                          len(self.population), self.run_dir.path))
+                                          len(self.population)), self.run_dir.path)
         if not self.coordinator:
             return []
         others = [t for t in everyone if self.owner(t.member) != self.rank]

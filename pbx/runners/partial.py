@@ -8,7 +8,8 @@ process that trains it (an MPI rank, on its own disk if need be):
   after its round's checkpoint ``member_<i>.r<round>.ckpt``. A resume takes both and does not train it again.
 - ``member_<i>.r<round>.part.ckpt``: the member stopped inside the round (a stop, or a periodic save), between
   two rollouts; the checkpoint holds the round's own count (:meth:`pbx.members.Member.train`), and
-  ``.part.json`` beside it what the runner measured before the round trained (its start score). A resume loads
+  ``.part.json`` beside it what the runner measured before the round trained (its start score) and the steps
+  the save holds (what a report counts without loading the checkpoint). A resume loads
   it and goes on to the round's end.
 - neither: the member had not begun the round; a resume trains it from the round before, as it would have.
 

@@ -150,7 +150,7 @@ def launch(setup: Callable[[Intracomm | None], Setup], contained: bool = False,
     if comm is not None and comm.Get_rank() > 0:
         code = follow_run(comm, clock)
         if code == STOPPED_EXIT:
-            raise RunStopped(f"rank {comm.Get_rank()}: stopped (rank 0 says how to go on)")
+            raise RunStopped(f"rank {comm.Get_rank()}: stopped (rank 0 says how far and how to go on)")
         if code:
             raise RunFailed(f"rank {comm.Get_rank()}: rank 0 refused or ended the run (it says why)", code)
         return None

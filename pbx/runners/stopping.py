@@ -23,7 +23,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from pbx.errors import UsageError
 
@@ -42,21 +42,22 @@ slowest save seen plus half a second."""
 
 class RunStopped(Exception):
     """A run stopped before its end (a signal or its time limit) with everything it trained saved; the command
-    exits with :data:`STOPPED_EXIT` after the message."""
+    exits with :data:`STOPPED_EXIT` after the message: :attr:`summary` (why, how far its round got) and, given the
+    run's ``path``, how to go on."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, summary: str, path: Path | None = None) -> None:
+        super().__init__(summary if path is None else f"{summary}: continue with --resume {path}")
+        self.summary = summary
 
 
-def stop_message(reason: str, round_: int, through: Sequence[int], inside: Mapping[int, int], members: int,
-                 path: Path) -> str:
-    """The one line a stopped run ends with: why, how far its round got, how to go on."""
+def stop_message(reason: str, round_: int, through: Sequence[int], inside: Mapping[int, int], members: int) -> str:
+    """What a stopped run says of itself (:attr:`RunStopped.summary`): why, and how far its round got."""
     parts = [f"member{'s' * (len(through) > 1)} {_ids(sorted(through))} through it"] if through else []
     parts += [f"member {i} saved inside it at {steps:,} steps" for i, steps in sorted(inside.items())]
     begun = len(through) + len(inside)
     if begun < members:
         parts.append(f"{members - begun} not begun" if begun else "no member begun")
-    return f"stopped by {reason} in round {round_} ({'; '.join(parts)}): continue with --resume {path}"
+    return f"stopped by {reason} in round {round_} ({'; '.join(parts)})"
 
 
 def _ids(ids: Sequence[int]) -> str:
@@ -158,13 +159,13 @@ class StopClock:
         self._last_boundary = None  # the save's time is no rollout's
 
     @contextlib.contextmanager
-    def on_signals(self, hard: Callable[[], None] | None = None) -> Iterator["StopClock"]:
+    def on_signals(self) -> Iterator[StopClock]:
         """Route :data:`SIGNALS` to :meth:`request` while the block runs (in the main thread; elsewhere nothing
-        is routed). A second SIGINT or SIGTERM calls ``hard`` (default: raise KeyboardInterrupt)."""
+        is routed). A second SIGINT or SIGTERM raises KeyboardInterrupt: the user will not wait for a rollout."""
         def handler(signum: int, frame: Any) -> None:
             name = signal.Signals(signum).name
             if self.reason is not None and name != "SIGUSR1":
-                (hard or _interrupt)()
+                raise KeyboardInterrupt
             self.request(name)
 
         previous = {}
@@ -178,8 +179,3 @@ class StopClock:
         finally:
             for name, old in previous.items():
                 signal.signal(getattr(signal, name), old)
-
-
-def _interrupt() -> None:
-    raise KeyboardInterrupt
-

@@ -91,7 +91,7 @@ class LocalExecutor(Executor):
         if self.clock.reason is not None and len(through) < len(self.members):
             self.keep_through(round_, through)
             raise RunStopped(stop_message(self.clock.reason, round_, [t.member for t in through], inside,
-                                          len(self.members), self.run_dir.path))
+                                          len(self.members)), self.run_dir.path)
         return through
 
     def train_members(self, round_: int, until: int, test_seed: int | None, start_seed: int | None,
@@ -173,7 +173,7 @@ class LocalExecutor(Executor):
                 return member.train(steps, stop=self.clock.due)  # type: ignore[call-arg]
             except Stopped:
                 began = time.monotonic()
-                write_record(self.run_dir.part_record(i, round_), {"start_score": start_score})
+                write_record(self.run_dir.part_record(i, round_), {"start_score": start_score, "steps": member.steps})
                 member.save(self.run_dir.part(i, round_))
                 self.keep_through(round_, through)
                 self.clock.saved(time.monotonic() - began)
