@@ -84,6 +84,10 @@ class RunDir:
         whatever :meth:`discard` removes is the run's own."""
         return (self.config, self.history, self.curves, self.strategy, self.checkpoints, self.kept, self.tb)
 
+    def _taken(self) -> list[str]:
+        """The names of :meth:`written` the folder holds (a link counts, even one to nothing)."""
+        return [p.name for p in self.written() if p.exists() or p.is_symlink()]
+
     def create(self) -> bool:
         """Make the folder for a new run; whether it was made (False: it existed, holding none of a run's files).
 
@@ -97,7 +101,7 @@ class RunDir:
                 pass
             raise UsageError(f"{self.path} already holds a run; continue it with --resume {self.path} "
                              "or pick another folder with --run-dir")
-        taken = [p.name for p in self.written() if p.exists() or p.is_symlink()]
+        taken = self._taken()
         if taken:
             raise UsageError(f"{self.path} holds {', '.join(taken)}, which a new run would write, and no run "
                              f"(config.yaml): pick a new or empty folder with --run-dir")
@@ -109,7 +113,7 @@ class RunDir:
         """Make a new run's folders, once the process holds the folder's lock (:meth:`lock`): a run refused before
         (bad input, a folder in use) leaves none of them behind, and a folder that another process filled since
         :meth:`create` looked is refused."""
-        taken = [p.name for p in self.written() if p.exists()]
+        taken = self._taken()
         if taken:
             raise UsageError(f"{self.path} holds {', '.join(taken)} since this run looked at it (another run "
                              f"started there): pick another folder with --run-dir")
@@ -118,7 +122,7 @@ class RunDir:
 
     def discard(self, made: bool) -> None:
         """Remove what a new run wrote before a refusal ended it with no round in its history, so the name is
-        free again: a member checks some settings against its env only as it is built, after the folder is
+        free again: some refusals come only as the members are built or restored, after the folder is
         written. ``made``: whether the run made the folder (:meth:`create`), which then goes too if empty. Only
         the run's own files go: :meth:`create` refused a folder holding any of them before."""
         if self.history.is_file() and len(self.history.read_text().splitlines()) > 1:
