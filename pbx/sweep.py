@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from pbx.console import format_score
 from pbx.errors import ArgumentParser, UsageError, command_parser
-from pbx.runners.mpi import abort, world
+from pbx.runners.ranks import abort, world
 from pbx.slurm import slurm_script
 from pbx.runners.start import follow_runs, release
 from pbx.runners.stopping import STOPPED_EXIT, RunStopped, StopClock

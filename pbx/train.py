@@ -40,7 +40,7 @@ from pbx.errors import ArgumentParser, UsageError, command_parser
 from pbx.history import History
 from pbx.standings import best_rows
 from pbx.run_dir import RunDir
-from pbx.runners.mpi import world
+from pbx.runners.ranks import world
 from pbx.runners.start import RESUMABLE, config_layers, exit_code, follow_run, launch, new_run, resumed_run
 from pbx.runners.stopping import StopClock, check_time_limit
 from pbx.settings import RunSettings, check_run_dir, parse_override

@@ -25,7 +25,8 @@ from pbx.history import History
 from pbx.run_dir import RunDir
 from pbx.runners.announce import start_line
 from pbx.runners.loop import RunFailed
-from pbx.runners.mpi import Kind, abort, receive, run_on_ranks, send, world
+from pbx.runners.mpi import run_on_ranks
+from pbx.runners.ranks import Kind, abort, receive, send, world
 from pbx.runners.stopping import STOPPED_EXIT, RunStopped, StopClock
 from pbx.runners.sync import SyncRunner
 from pbx.settings import RunSettings, check_run_dir, load_yaml, parse_override

@@ -80,7 +80,7 @@ def check_time_limit(value: Any, name: str = "--time-limit") -> float | None:
 
 
 class Peers(Protocol):
-    """The other processes of a run, which stop with this one (:class:`pbx.runners.mpi.RankStops`)."""
+    """The other processes of a run, which stop with this one (:class:`pbx.runners.ranks.RankStops`)."""
 
     def tell(self, reason: str) -> None: ...
 
