@@ -21,7 +21,7 @@ from pbx.settings import build
 from pbx.errors import UsageError
 
 if TYPE_CHECKING:
-    from pbx.sweeps import Sweep
+    from pbx.sweep_file import Sweep
 
 LAUNCHERS = ("mpiexec", "srun")
 

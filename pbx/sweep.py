@@ -33,7 +33,8 @@ from pbx.runners.ranks import abort, world
 from pbx.slurm import slurm_script
 from pbx.runners.start import follow_runs, release
 from pbx.runners.stopping import STOPPED_EXIT, RunStopped, StopClock
-from pbx.sweeps import Progress, RunSpec, Sweep, execute, load_sweep, prepare, progress
+from pbx.sweep_file import RunSpec, Sweep, load_sweep
+from pbx.sweeps import Progress, execute, prepare, progress
 
 if TYPE_CHECKING:
     from mpi4py.MPI import Intracomm

@@ -16,7 +16,7 @@ from pbx.config import _route, resolve
 from pbx.settings import load_yaml
 from pbx.errors import UsageError
 from pbx.fingerprint import code_hash, differing_keys, env_sources, provenance
-from pbx.sweeps import load_sweep
+from pbx.sweep_file import load_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 CARTPOLE = {"run": {"env": "CartPole-v1", "search": "none"}}

@@ -203,7 +203,7 @@ def test_every_sweep_file_key_refuses_bad_input_with_one_line(tmp_path) -> None:
     either way (the sweep folder is made only when the sweep runs)."""
     import yaml
 
-    from pbx.sweeps import load_sweep
+    from pbx.sweep_file import load_sweep
 
     wrong: list[str] = []
     file = tmp_path / "exp.yaml"

@@ -18,7 +18,7 @@ from pbx.fingerprint import differing_keys
 from pbx.members.toys.toy import ToyMember
 from pbx.run_dir import RunDir
 from pbx.sweep import main
-from pbx.sweeps import load_sweep
+from pbx.sweep_file import load_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENT = """\
