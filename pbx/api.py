@@ -1,13 +1,17 @@
-"""Runs from Python: :func:`run` starts one and :func:`resume` continues one, as ``python -m pbx.train`` does.
+"""Runs from Python: :func:`run` starts one, :func:`resume` continues one, as ``python -m pbx.train`` does, and
+:func:`load` reads one back without touching it.
 
     import pbx
 
     result = pbx.run(env="CartPole-v1", search="PBT", pop_size=4, seed=0, run_dir="runs/cartpole")
+    result                  # <pbx.Result runs/cartpole: PBT on CartPole-v1, 12/12 rounds, finished; best m2 ...>
     result.history          # history.csv as a DataFrame: one row per member and round
     result.best             # the best member of the last round (train score), as its history row
+    result.schedules        # each member's hyperparameters in each round, indexed by (member, round)
     result.export()         # its SB3 files (model.zip), the path of model.zip
     result.report()         # python -m pbx.report's plots and tables of the run
     pbx.resume("runs/cartpole", max_budget=200_000)   # continue it to a larger budget
+    pbx.load("runs/cartpole")                         # read it back, finished, stopped or still training
     pbx.run(env="bigfish", search="PB2", time_limit=3500)  # stops inside a round by then: pbx.RunStopped
 
 A setting is named as in a run's config.yaml, which is the command line's flag
@@ -30,10 +34,15 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
 
+from pbx.config import StoredRun
+from pbx.console import format_score
 from pbx.errors import UsageError
 from pbx.export import export
+from pbx.history import BASE_COLUMNS, restart_marks
 from pbx.standings import member_row
 from pbx.reporting.build import Options, generate
+from pbx.reporting.runs import SWEEP_FILE, read_run
+from pbx.run_dir import RunDir
 from pbx.runners.start import Setup, config_layers, launch, new_run, resumed_run
 from pbx.runners.stopping import RunStopped, StopClock, check_time_limit
 from pbx.settings import RunSettings, check_run_dir
@@ -41,35 +50,69 @@ from pbx.settings import RunSettings, check_run_dir
 if TYPE_CHECKING:
     from mpi4py.MPI import Intracomm
 
-__all__ = ["Result", "RunStopped", "resume", "run"]
+__all__ = ["Result", "RunStopped", "load", "resume", "run"]
 
 RUN_KEYS = {f.name for f in dataclasses.fields(RunSettings)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class Result:
-    """A run's finished rounds, as its folder holds them."""
+    """A run as its folder held it when read: its finished rounds, what it trains and how far it is."""
 
     path: Path
     """The run folder (:class:`pbx.run_dir.RunDir`)."""
     history: pd.DataFrame
-    """``history.csv``: one row per member and round (score, test score, steps, hyperparameters, lineage)."""
+    """``history.csv``: one row per member and finished round (score, test score, steps, hyperparameters,
+    lineage)."""
+    config: dict[str, Any]
+    """``config.yaml`` as the run keeps it (``config["run"]["env"]``, the ``strategy``, ``member`` and ``space``
+    sections)."""
+    rounds: int
+    """The rounds the run is planned to take (:meth:`pbx.plan.Rules.planned`: exact once finished; a BG-PBT or IPBT
+    run's restarts to come may change it)."""
+    state: str
+    """``finished`` (every planned round is in the history), ``training`` (a process on this machine holds the
+    folder: more rounds are coming) or ``stopped`` (neither: stopped, killed or failed; :func:`resume` goes on)."""
 
     @property
     def best(self) -> pd.Series:
         """The best member of the last finished round on train score (the test set never selects), as its
         history row; ``python -m pbx.evaluate`` and :meth:`export` take this member by default."""
+        if self.history.empty:
+            raise UsageError(f"{RunDir(self.path).history}: no finished round yet, so no best member")
         return member_row(self.history, "best")
+
+    @property
+    def schedules(self) -> pd.DataFrame:
+        """Each member's hyperparameters in each finished round (those it trained with during the round), one
+        column per hyperparameter, indexed by (member, round): ``schedules.loc[2]`` is member 2's, and
+        ``schedules["lr"].unstack("member")`` one hyperparameter by round and member. Whose weights a member
+        trained on after an exploit is the history's ``parent``."""
+        names = [c for c in self.history.columns if c not in BASE_COLUMNS]
+        return self.history.set_index(["member", "round"])[names].sort_index()
 
     def export(self, out: str | Path | None = None, member: str | int = "best") -> Path:
         """Write ``member`` (default the best) as Stable-Baselines3 files (``python -m pbx.export``) into ``out``
-        (default ``<run>/export/m<M>_round<R>``); the path of ``model.zip``."""
+        (default ``<run>/export/m<M>_round<R>``); the path of ``model.zip``. It takes the folder's last finished
+        round as it is then (a run still training may have finished more)."""
         return export(self.path, member, Path(out) if out is not None else None).files[0]
 
     def report(self, out: str | Path | None = None) -> list[Path]:
         """Write ``python -m pbx.report``'s plots and tables of this run into ``out`` (default
-        ``<run>/report``); the files written."""
+        ``<run>/report``) from the folder as it is then; the files written."""
         return list(generate([self.path], Options(out=Path(out) if out is not None else None)))
+
+    def __repr__(self) -> str:
+        """``<pbx.Result runs/x: PBT on toy, 4/10 rounds, training; best m2 score 0.71 (test 0.7)>``."""
+        run = self.config["run"]
+        done = int(self.history["round"].max()) + 1 if len(self.history) else 0
+        best = "no round finished yet"
+        if done:
+            row = self.best
+            test = f" (test {format_score(float(row['test_score']))})" if pd.notna(row["test_score"]) else ""
+            best = f"best m{int(row['member'])} score {format_score(float(row['score']))}{test}"
+        return f"<pbx.Result {self.path}: {run['search']} on {run['env']}, {done}/{self.rounds} rounds, " \
+               f"{self.state}; {best}>"
 
 
 def run(env: str | None = None, search: str | None = None, *, config: str | Path | None = None,
@@ -95,6 +138,26 @@ def resume(path: str | Path, *, time_limit: float | None = None, **changes: Any)
                   time_limit)
 
 
+def load(path: str | Path) -> Result:
+    """The run in ``path`` as its folder holds it now, read without taking its lock or writing anything: a
+    finished run, a stopped one (:func:`resume` goes on) or one another process is training, whose finished
+    rounds come back (a round or a line still being written is left out) while it trains on undisturbed. A
+    folder that holds no run, or a damaged one, is one :class:`~pbx.errors.UsageError` naming the file."""
+    if isinstance(path, str) and not path.strip():
+        raise UsageError("pbx.load(path): '' names no folder")
+    folder = RunDir(Path(_path(path, "pbx.load(path)", required=True)))
+    if (folder.path / SWEEP_FILE).is_file():
+        raise UsageError(f"{folder.path} is a sweep folder ({SWEEP_FILE}): load one of its runs, "
+                         f"{folder.path}/<variant>/seed<k>")
+    run = read_run(folder.path)
+    try:
+        rounds = StoredRun.read(run.config).rules.planned(restart_marks(run.frame)).rounds
+    except UsageError as err:
+        raise UsageError(f"{folder.config}: {err}") from None
+    state = "finished" if run.finished else "training" if folder.holder() is not None else "stopped"
+    return Result(folder.path, run.frame, run.config, rounds, state)
+
+
 def _path(value: Any, what: str, required: bool = False) -> Any:
     """``value`` where it is a path (a str or os.PathLike), or None where not ``required``; else
     :class:`~pbx.errors.UsageError`. Checked inside the setup :func:`_start` runs, so that under MPI the other ranks
@@ -107,4 +170,4 @@ def _path(value: Any, what: str, required: bool = False) -> Any:
 def _start(setup: Callable[[Intracomm | None], Setup], time_limit: float | None) -> Result | None:
     """Launch the run under a clock of ``time_limit`` seconds from now (checked first: bad input writes nothing)."""
     done = launch(setup, clock=StopClock(check_time_limit(time_limit, "time_limit")))
-    return Result(done[0].path, done[1].frame) if done is not None else None
+    return load(done[0].path) if done is not None else None

@@ -40,6 +40,8 @@ _CKPT = re.compile(r"member_(\d+)\.r(\d+)\.(ckpt|part\.ckpt|part\.json|done\.jso
 """A member's file of a round: its checkpoint at the round's end (``ckpt``), and while the round is not in the
 history, its state inside the round (``part.ckpt``, ``part.json``) or what it reported at the round's end
 (``done.json``)."""
+LOCK_TABLE = Path("/proc/locks")
+"""The kernel's table of the file locks held on the machine (Linux): :meth:`RunDir.holder` reads it."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,31 @@ class RunDir:
         finally:
             os.close(fd)  # releases the flock
 
+    def holder(self) -> int | None:
+        """The process that holds the folder's lock (:meth:`lock`) now, or None; found without taking the lock or
+        writing anything, so that a reader (:func:`pbx.load`) never stands in a resume's way.
+
+        Where the kernel lists its file locks (Linux's ``/proc/locks``), the process holding a lock on the
+        ``.lock`` file's inode (by inode alone: in a container the table may name another device for the file
+        than ``stat`` does); elsewhere the process the file names, while one with that id lives. A holder on
+        another machine (an MPI run's rank 0, on a shared file system) is not seen.
+        """
+        path = self.path / ".lock"
+        try:
+            inode, named = path.stat().st_ino, path.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        try:
+            table = LOCK_TABLE.read_text()
+        except OSError:
+            return int(named) if named.isascii() and named.isdigit() and _alive(int(named)) else None
+        for line in table.splitlines():
+            # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2221096 0 EOF"; a process waiting for a lock has "->" after "1:"
+            fields = line.split()
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rpartition(":")[2] == str(inode):
+                return int(fields[4])
+        return None
+
     def checkpoint(self, member: int, round_: int) -> Path:
         return self.checkpoints / f"member_{member}.r{round_}.ckpt"
 
@@ -231,6 +258,19 @@ class RunDir:
             match = _CKPT.match(f.name.removesuffix(".tmp"))
             if match is not None:
                 yield f, int(match.group(1)), int(match.group(2)), match.group(3)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with id ``pid`` exists (one of another user's counts)."""
+    if pid <= 0:  # 0 would ask after this process's group
+        return False
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True
+    except (OSError, OverflowError):
+        return False
+    return True
 
 
 def folder_part(value: Any) -> str:
