@@ -4,7 +4,7 @@
     import pbx
 
     result = pbx.run(env="CartPole-v1", search="PBT", pop_size=4, seed=0, run_dir="runs/cartpole")
-    result                  # <pbx.Result runs/cartpole: PBT on CartPole-v1, 12/12 rounds, finished; best m2 ...>
+    result                  # one line: the folder, strategy, env, rounds done of planned, state, best member
     result.history          # history.csv as a DataFrame: one row per member and round
     result.best             # the best member of the last round (train score), as its history row
     result.schedules        # each member's hyperparameters in each round, indexed by (member, round)

@@ -1,21 +1,32 @@
 """What the user sees while a run trains: one progress bar and one line per round.
 
 The bar counts env steps of the whole population (pop_size x max_budget) and
-shows the current best score; it turns itself off when the output is not a
-terminal (CI logs, pipes), where the round lines alone are printed.
+shows the current best score: on a terminal tqdm's text bar, in a Jupyter
+notebook its widget (``tqdm.auto`` picks; without ``ipywidgets`` the text one).
+Where it cannot show (CI logs, pipes, a notebook without widgets, whose stderr is no
+terminal) it turns itself off, and the round lines are printed alone, with one more
+as a round begins that is expected to take over :data:`LONG_ROUND_S`: as long as the
+round before it took (a resumed run's too, from the history), so that a long round is
+not silent. A new run's first round has no measure; the run's start line, printed
+just before it, says what it trains.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+import time
 from typing import Mapping, Sequence
 
 import pandas as pd
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from pbx.standings import best_rows
 from pbx.strategies import Decision
+
+
+LONG_ROUND_S = 60.0
+"""A round expected to take longer than this gets a line as it begins where no bar shows."""
 
 
 def counted(n: int, noun: str) -> str:
@@ -69,6 +80,15 @@ class Console:
 
     def best(self, score: float) -> None:
         self._bar.set_postfix_str(f"best {format_score(score)}", refresh=False)
+
+    def round_starts(self, round_: int, rounds: int, expected_s: float | None) -> None:
+        """Round ``round_`` (0-based) of ``rounds`` begins, expected to take ``expected_s`` seconds (None: no
+        measure): where the bar is off and that is over :data:`LONG_ROUND_S`, a line says when its own line is due.
+        """
+        if self._bar.disable and expected_s is not None and expected_s > LONG_ROUND_S:
+            due = time.strftime("%H:%M", time.localtime(time.time() + expected_s))
+            self.line(f"round {round_ + 1}/{rounds} begins at {time.strftime('%H:%M')}; round {round_} took "
+                      f"{tqdm.format_interval(expected_s)}, so its line is due near {due}")
 
     def line(self, text: str) -> None:
         """Print above the bar (or plainly when the bar is off)."""

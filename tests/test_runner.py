@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -219,6 +220,25 @@ def test_the_round_line_shows_the_test_score_of_the_best_member_on_train() -> No
 
     keep = [Decision(m, m, {}) for m in range(3)]
     assert round_line(0, 3, nothing, keep).endswith("no exploit: no member has a score")
+
+
+def test_without_a_terminal_a_long_round_says_as_it_begins_when_its_line_is_due(tmp_path) -> None:
+    """Output to pipes (a CI log; a notebook without widgets has no terminal either): no bar, a line per round,
+    and one more as a round begins whose round before took over a minute. The history's clock is edited so that
+    each of the first 5 rounds took 90 s: the resumed round 6 says so as it begins; rounds 7 and 8, after rounds
+    of milliseconds, do not."""
+    run = tmp_path / "run"
+    run_toy(run, max_budget=20)
+    frame = read_csv(run / "history.csv")
+    frame.assign(wall_s=90.0 * (frame["round"] + 1)).to_csv(run / "history.csv", index=False)
+    proc = subprocess.run([sys.executable, "-m", "pbx.train", "--resume", str(run), "--max_budget", "32"],
+                          cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr  # no bar
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("round ")]
+    assert [line.split(" |")[0].split(" at ")[0] for line in lines] == [
+        "round 6/8 begins", "round 6/8", "round 7/8", "round 8/8"], lines
+    assert re.fullmatch(r"round 6/8 begins at \d\d:\d\d; round 5 took 01:30, so its line is due near \d\d:\d\d",
+                        lines[0])
 
 
 class _Gappy(ToyMember):

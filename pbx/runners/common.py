@@ -130,6 +130,13 @@ class RunRecorder:
         self.console.best(best)
         return history
 
+    def round_starts(self, round_: int, rounds: int) -> None:
+        """Round ``round_`` begins (``rounds``: the run's rounds as now planned): expected to take as long as the one
+        before it, by the history's clock (which counts on across a resume)."""
+        ends = self.history.frame.groupby("round")["wall_s"].max()
+        expected = float(ends[round_ - 1] - ends.get(round_ - 2, 0.0)) if round_ - 1 in ends.index else None
+        self.console.round_starts(round_, rounds, expected)
+
     def decided(self, round_: int, decisions: Sequence[Decision], notes: Mapping[int, str], rounds: int) -> None:
         """Record the decisions taken after ``round_`` and print the round's line (``notes``: why a score is NaN;
         ``rounds``: the run's rounds as now planned, :meth:`pbx.plan.Plan.rounds_estimate`)."""

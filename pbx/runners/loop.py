@@ -207,6 +207,8 @@ class RoundLoop:
             r = first
             self.plan.add(restart)
             while True:
+                if recorder is not None:
+                    recorder.round_starts(r, self.plan.rounds_estimate())
                 advance = recorder.console.advance if recorder is not None else _ignore
                 trained = executor.train_round(r, self.plan.trained_end(r), self._test_seed(r),
                                                self._start_seed(r, restart), advance)
