@@ -89,11 +89,11 @@ class RunSettings:
     """``toy``, ``toy-cat`` (the toy with a categorical optimiser), ``toy-deceptive``, a ProcGen game
     (``bigfish``) or a gymnasium id (``CartPole-v1``)."""
     algo: str = "ppo"
-    """The Stable-Baselines3 agent a member trains: ``ppo``, ``a2c``, ``sac``, ``td3`` or ``dqn``
-    (:data:`pbx.members.ALGOS`); toys and registered members train their own."""
+    """The Stable-Baselines3 agent a member trains: a name :data:`pbx.members.ALGOS` holds (``python -m pbx.train
+    --help`` lists them); toys and registered members train their own."""
     search: str = "PBT"
-    """Strategy: ``none``, ``random``, ``PBT``, ``PB2`` or ``FIRE`` (``replay``: a stored schedule,
-    :mod:`pbx.replay`)."""
+    """Strategy: a name :data:`pbx.strategies.STRATEGIES` holds, any case (``python -m pbx.train --help`` lists
+    them; ``replay`` is a stored schedule, :mod:`pbx.replay`)."""
     selection: str = "truncation"
     """Exploit rule: ``truncation`` (bottom quantile copies top quantile), ``wta`` (all copy the best) or
     ``sigma`` (members below mean - k std copy members above mean + k std)."""

@@ -37,23 +37,26 @@ import sys
 from typing import Sequence
 
 from pbx.errors import ArgumentParser, UsageError, command_parser
+from pbx.fingerprint import TOYS
 from pbx.history import History
+from pbx.members import ALGOS, REGISTERED
 from pbx.standings import best_rows
 from pbx.run_dir import RunDir
 from pbx.runners.ranks import world
 from pbx.runners.start import RESUMABLE, config_layers, exit_code, follow_run, launch, new_run, resumed_run
 from pbx.runners.stopping import StopClock, check_time_limit
 from pbx.settings import RunSettings, check_run_dir, parse_override
+from pbx.strategies import ALIASES, STRATEGIES, Schedule
 
 
-# Flags that map one-to-one onto run settings: (flag spellings, setting name, type, help).
+# Flags that map one-to-one onto run settings: (flag spellings, setting name, type, help). A help's {fields} are
+# the registries' names when the parser is built (:func:`_registered`).
 RUN_FLAGS: list[tuple[tuple[str, ...], str, type, str]] = [
-    (("--env",), "env", str, "toy, toy-cat, toy-deceptive, a ProcGen game (bigfish, coinrun, ...), a gymnasium id "
-                             "(CartPole-v1) or module:Name-v0, an env that module registers"),
-    (("--algo",), "algo", str, "the Stable-Baselines3 agent on a gymnasium id: ppo, a2c, sac, td3 or dqn "
-                               "(ProcGen games and toys: their own)"),
-    (("--search",), "search", str, "strategy: none (fixed baseline; also Fixed), random, PBT, PB2, FIRE, BGPBT or IPBT, any case; "
-                                     "replay (a stored schedule) is written by python -m pbx.replay"),
+    (("--env",), "env", str, "{own_envs}, a ProcGen game (bigfish, coinrun, ...), a gymnasium id (CartPole-v1, "
+                             "ALE/Pong-v5) or module:Name-v0, an env that module registers"),
+    (("--algo",), "algo", str, "the Stable-Baselines3 agent a member trains: {algos} ({own_envs} train their own)"),
+    (("--search",), "search", str, "strategy, any case: {strategies}; {replay} (a stored schedule) is written by "
+                                   "python -m pbx.replay"),
     (("--selection",), "selection", str, "exploit rule: truncation (bottom quantile copies top), wta (all copy the "
                                            "best) or sigma (below mean - k std copy above mean + k std)"),
     (("--sigma_k", "--sigma-k"), "sigma_k", float, "k of --selection sigma, in standard deviations of the scores"),
@@ -92,8 +95,9 @@ STRATEGY_FLAGS: list[tuple[tuple[str, ...], str, str]] = [
 
 def build_parser() -> ArgumentParser:
     p = command_parser("python -m pbx.train", "Train a population (PBT, PB2, baselines) or resume one.", __doc__)
+    names = _registered()
     for flags, dest, kind, text in RUN_FLAGS:
-        p.add_argument(*flags, dest=dest, type=kind, default=None, help=f"{text}{_default(dest)}")
+        p.add_argument(*flags, dest=dest, type=kind, default=None, help=f"{text.format_map(names)}{_default(dest)}")
     p.add_argument("--run-dir", "--run_dir", dest="run_dir", default=None,
                    help="run folder (default: runs/<name>)")
     p.add_argument("--config", default=None,
@@ -125,6 +129,21 @@ class _Overrides(argparse._ExtendAction):
             except UsageError as err:
                 parser.error(str(err))
         super().__call__(parser, namespace, values, option_string)
+
+
+def _registered() -> dict[str, str]:
+    """The names the flags' help takes from the registries as they are now (a strategy or member a script
+    registered before it calls :func:`main` included): the strategies (:data:`pbx.strategies.STRATEGIES`, the replay
+    apart, with their aliases), the agents (:data:`pbx.members.ALGOS`) and the envs that train a member of their
+    own (the toys, :data:`pbx.members.REGISTERED`)."""
+    aliases = "".join(f"; {alias} is {name}" for alias, name in ALIASES.items())
+    return {"strategies": _either([name for name in STRATEGIES if name != Schedule.name]) + aliases,
+            "replay": Schedule.name, "algos": _either(list(ALGOS)), "own_envs": ", ".join([*TOYS, *REGISTERED])}
+
+
+def _either(names: list[str]) -> str:
+    """``a, b or c``."""
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
 
 
 def _default(dest: str) -> str:

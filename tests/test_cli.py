@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -362,3 +363,27 @@ def test_a_run_folder_in_use_is_locked(tmp_path) -> None:
     proc = subprocess.run([sys.executable, "-m", "pbx.train", "--resume", str(run_dir)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and pd.read_csv(run_dir / "history.csv")["steps"].max() == 80, proc.stderr
+
+
+def test_the_help_names_every_registered_strategy_agent_and_member(tmp_path, monkeypatch) -> None:
+    """--search's and --algo's help were written by hand and lagged the registries; they are read from them as the
+    parser is built, so a strategy or member a script registers before it calls main shows too."""
+    from pbx import train
+    from pbx.members import ALGOS, REGISTERED, ToyMember
+    from pbx.strategies import STRATEGIES, Schedule
+
+    proc = subprocess.run([sys.executable, "-m", "pbx.train", "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "COLUMNS": "1000"})  # each flag's help on one line
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip().startswith("--")}
+    assert [name for name in STRATEGIES if not re.search(rf"\b{name}\b", lines["--search"])] == []
+    assert [name for name in ALGOS if not re.search(rf"\b{name}\b", lines["--algo"])] == []
+
+    class Mine(Schedule):
+        name = "Mine"
+
+    monkeypatch.setitem(STRATEGIES, "Mine", Mine)
+    monkeypatch.setitem(REGISTERED, "my-env", ToyMember)
+    monkeypatch.setenv("COLUMNS", "1000")
+    text = train.build_parser().format_help()
+    assert "PB2, FIRE, BGPBT, IPBT or Mine;" in text and "toy-deceptive, my-env train their own" in text
