@@ -1,11 +1,11 @@
 """pbx: population-based hyperparameter schedules (PBT, PB2) for reinforcement learning.
 
 ``pbx.run(env=..., search=..., **settings)`` trains a population, ``pbx.resume(path)`` continues one and
-``pbx.load(path)`` reads one back, finished, stopped or still training (:mod:`pbx.api`); they are imported on first use, so ``python -m pbx.X`` pays nothing for them. Their errors
-are here too: ``pbx.UsageError`` for bad input (the commands' one ``error:`` line and exit code 2) and
-``pbx.RunFailed`` for a run that failed on one of its processes, ``pbx.RunStopped`` for one stopped inside a
-round by its time limit or a signal with everything saved (``pbx.resume`` goes on); ``except pbx.UsageError:``
-costs no import of the API.
+``pbx.load(path)`` reads one back, finished, stopped or still training (:mod:`pbx.api`); they are imported on
+first use, so ``python -m pbx.X`` pays nothing for them. Their errors are here too: ``pbx.UsageError`` for bad
+input (the commands' one ``error:`` line and exit code 2) and ``pbx.RunFailed`` for a run that failed on one of
+its processes, ``pbx.RunStopped`` for one stopped inside a round by its time limit or a signal with everything
+saved (``pbx.resume`` goes on); ``except pbx.UsageError:`` costs no import of the API.
 """
 
 import importlib

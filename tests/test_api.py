@@ -110,7 +110,8 @@ def test_load_reads_a_finished_run_without_touching_its_folder(tmp_path: Path) -
                             f"m{best['member']} score {best['score']:.4g} (test {best['test_score']:.4g})>")
     schedules = loaded.schedules
     assert list(schedules.columns) == ["h0", "h1"] and schedules.index.names == ["member", "round"]
-    assert schedules.loc[(2, 7)].tolist() == result.history.query("member == 2 and round == 7")[["h0", "h1"]].iloc[0].tolist()
+    row = result.history.query("member == 2 and round == 7").iloc[0]
+    assert schedules.loc[(2, 7)].tolist() == [row["h0"], row["h1"]]
     assert schedules["h0"].unstack("member").shape == (10, 3)
 
 
