@@ -167,30 +167,31 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_load_reads_a_run_another_process_trains_and_leaves_it_training(tmp_path: Path) -> None:
-    """Read over and over while ``python -m pbx.train`` trains a toy slowed to 0.1 s a member and round: each read
+    """Read over and over while ``python -m pbx.train`` trains a toy slowed to 0.1 s a member and round (2 members, 8 rounds): each read
     says training and holds whole rounds only, as the run wrote them; the run ends as it would have, unrefused."""
     folder = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_TOY, "--env", "toy-slow", "--batchsize", "3", "--seed", "1",
-                             "--max_budget", "40", "--run-dir", str(folder)], cwd=ROOT, stdout=subprocess.PIPE,
+    load = pbx.load  # imported before the run starts: the import takes seconds on a loaded machine
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_TOY, "--env", "toy-slow", "--batchsize", "2", "--seed", "1",
+                             "--max_budget", "32", "--run-dir", str(folder)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     seen = []
     try:
         while proc.poll() is None and len(seen) < 5:
             if (folder / "history.csv").is_file():
-                loaded = pbx.load(folder)
+                loaded = load(folder)
                 if len(loaded.history) and loaded.state == "training":
                     seen.append(loaded)
             time.sleep(0.01)
     finally:
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert len(seen) >= 3, out + err  # 3 s of training: every load took well under a second
+    assert len(seen) >= 3, out + err  # 1.6 s of training: every load took well under half a second
     final = pbx.load(folder)
-    assert final.state == "finished" and final.history["round"].max() == 9
-    assert 0 < len(seen[0].history) < len(final.history) and seen[0].rounds == 10
+    assert final.state == "finished" and final.history["round"].max() == 7
+    assert 0 < len(seen[0].history) < len(final.history) and seen[0].rounds == 8
     for loaded in seen:  # whole rounds only, each as the run finished it
         pd.testing.assert_frame_equal(loaded.history, final.history.iloc[:len(loaded.history)])
-        assert len(loaded.history) % 3 == 0
+        assert len(loaded.history) % 2 == 0
 
 
 @pytest.mark.parametrize("damage, message", [
