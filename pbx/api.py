@@ -168,6 +168,7 @@ def _path(value: Any, what: str, required: bool = False) -> Any:
 
 
 def _start(setup: Callable[[Intracomm | None], Setup], time_limit: float | None) -> Result | None:
-    """Launch the run under a clock of ``time_limit`` seconds from now (checked first: bad input writes nothing)."""
+    """Launch the run under a clock of ``time_limit`` seconds from now (checked first: bad input writes nothing);
+    its result as :func:`load` reads it from the folder, so that every :class:`Result` is made one way."""
     done = launch(setup, clock=StopClock(check_time_limit(time_limit, "time_limit")))
     return load(done[0].path) if done is not None else None
