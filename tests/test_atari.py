@@ -1,6 +1,6 @@
 """Atari (``ALE/<Game>-v5`` through ale-py): a saved env continues frame for frame in a freshly built one, at a
-game's start, after a lost life and after a new game; PBT trains PPO on Pong and resumes exactly after a kill -9;
-each agent gets rl-zoo's atari row; an agent that cannot act in Atari's actions, or a game ale-py does not have, is
+game's start, after a lost life and after a new game; PBT trains PPO and DQN on Pong and each resumes exactly after a
+kill -9; each agent gets rl-zoo's atari row, and DQN's buffers of 4 members fit a 24 GB machine; an agent that cannot act in Atari's actions, or a game ale-py does not have, is
 refused in one line."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import pickle
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -18,7 +17,12 @@ import torch
 from pbx.config import resolve
 from pbx.envs.atari import make_atari_env
 from pbx.history import read_csv
+from pbx.envs import observation_and_action_spaces
+from pbx.errors import UsageError
+from pbx.members.base import MemberContext
 from pbx.members.offpolicy import member as offpolicy
+from pbx.members.offpolicy.dqn import DQNMember, DQNSettings
+from pbx.members.offpolicy.replay_store import fields
 from pbx.train import main
 
 from conftest import kill_after, start_train
@@ -30,16 +34,6 @@ pytest.importorskip("ale_py")
 RUN = ["--env", "ALE/Pong-v5", "--search", "PBT", "--batchsize", "2", "--quantile", "0.5", "--device", "cpu",
        "--t_ready", "64", "--max_budget", "128", "-m", "n_envs=2", "n_steps=32", "batch_size=64", "n_epochs=1",
        "eval_episodes=0"]
-
-
-@pytest.fixture
-def one_core() -> Iterator[None]:
-    """This process and the runs it starts on one core: a CNN member takes a torch thread per core, and on a
-    busy machine two threads wait on each other (the Nature CNN on 2 shared cores: 20x slower than on one)."""
-    cores = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(cores)})
-    yield
-    os.sched_setaffinity(0, cores)
 
 
 def _history(run_dir: Path) -> pd.DataFrame:
@@ -104,15 +98,59 @@ def test_a_killed_pong_run_resumes_to_the_uninterrupted_weights(tmp_path: Path, 
     assert same[1], "member 1's weights differ from the uninterrupted run's"
 
 
+def test_a_killed_dqn_pong_run_resumes_to_the_uninterrupted_weights(tmp_path: Path, one_core: None) -> None:
+    """DQN on Pong trains (it failed at its first stored transition: the replay buffer, built for the transposed
+    frames, was handed them untransposed) and resumes exactly from its replay segments, each frame stack stored
+    once (``optimize_memory_usage``, the row's): a buffer of 40 that the second round wraps, updates from step 16."""
+    run = ["--algo", "dqn", *RUN[:RUN.index("--t_ready")], "--t_ready", "32", "--max_budget", "64", "-m",
+           "buffer_size=40", "learning_starts=16", "eval_episodes=0"]
+    assert main([*run, "--run-dir", str(tmp_path / "whole")]) == 0
+    killed = start_train(*run, "--run-dir", str(tmp_path / "killed"))
+    kill_after(killed, tmp_path / "killed" / "history.csv", rows=0)  # once round 0 is written
+    assert read_csv(tmp_path / "killed" / "history.csv")["round"].max() == 0, "the kill should land mid-run"
+    resumed = start_train("--resume", str(tmp_path / "killed"))
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    pd.testing.assert_frame_equal(_history(tmp_path / "killed"), _history(tmp_path / "whole"))
+    for m in (0, 1):
+        assert all(torch.equal(_weights(tmp_path / "killed", m)[k], v)
+                   for k, v in _weights(tmp_path / "whole", m).items()), f"member {m}'s weights differ"
+    with np.load(next((tmp_path / "whole" / "checkpoints").glob("member_0.replay.*.npz"))) as segment:
+        assert "next_observations" not in segment.files and segment["observations"].shape[2:] == (4, 84, 84)
+
+
 def test_dqn_on_atari_gets_rl_zoos_atari_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(offpolicy, "_available_memory", lambda: 10**12)  # 100k frames of 84x84x4, twice, per member
+    monkeypatch.setattr(offpolicy, "_available_memory", lambda: 10**12)  # 100k frame stacks of 84x84x4 per member
     cfg = resolve([{"run": {"env": "ALE/Pong-v5", "algo": "dqn", "search": "PBT", "pop_size": 2}}])
     m = cfg.member
     assert (m.buffer_size, m.learning_starts, m.target_update_interval, m.train_freq, m.gradient_steps,
-            m.exploration_fraction) == (100_000, 100_000, 1_000, 4, 1, 0.1)
+            m.exploration_fraction, m.optimize_memory_usage) == (100_000, 100_000, 1_000, 4, 1, 0.1, True)
     assert cfg.space.params["learning_rate"].default == 1e-4
     assert cfg.space.params["exploration_final_eps"].default == 0.01
     assert (cfg.run.t_ready, cfg.run.max_budget) == (250_000, 10_000_000)
+
+
+def test_a_dqn_population_of_4_on_pong_fits_a_24_gb_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each 84x84x4 observation stored once: 2.8 GB of buffer a member, 11.3 GB for 4 (22.6 GB stored twice, which
+    a 24 GB machine with 20 GB free refused)."""
+    monkeypatch.setattr(offpolicy, "_available_memory", lambda: 20 * 10**9)
+    layers = [{"run": {"env": "ALE/Pong-v5", "algo": "dqn", "search": "PBT", "pop_size": 4}}]
+    resolve(layers)
+    with pytest.raises(UsageError, match=r"buffer_size 100,000 x 8 members needs 22\.6 GB of replay buffers, 20\.0 GB"):
+        resolve([{"run": {**layers[0]["run"], "pop_size": 8}}])
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_the_memory_check_counts_the_bytes_the_buffer_allocates(optimize: bool) -> None:
+    """The estimate is the buffer's arrays, byte for byte: 51 transitions over 2 envs are 25 rows of 2."""
+    settings = DQNSettings(buffer_size=51, n_envs=2, learning_starts=0, eval_episodes=0,
+                           optimize_memory_usage=optimize)
+    member = DQNMember(MemberContext(env="ALE/Pong-v5", index=0, seed=0, device="cpu"), settings, {})
+    buffer = member.model.replay_buffer
+    assert offpolicy.replay_bytes(*observation_and_action_spaces("ALE/Pong-v5"), settings) == \
+        sum(getattr(buffer, name).nbytes for name in fields(buffer))
+    assert ("next_observations" in fields(buffer)) != optimize
+    member.close()
 
 
 @pytest.mark.parametrize("argv, message", [
