@@ -1,7 +1,8 @@
 """Every agent's row of every task family (``SB3Agent.defaults``) trains, and resumes at a round boundary as a
 kill leaves it there (the round's checkpoint, read by a fresh member): exactly where the family saves its envs,
 and the same way on every resume where it restarts them. Rows another test trains and resumes after a kill are
-listed with that test; the others train here, at tiny sizes, with the row's settings."""
+listed with that test; the others train here, at tiny sizes, with the row's settings. And an image env that restarts
+its episodes on a resume restarts them as the agent sees its frames."""
 
 from __future__ import annotations
 
@@ -154,3 +155,23 @@ def test_a_row_trains_and_resumes_from_its_round_boundary(algo: str, task: str, 
         assert not _same(resumed[0][1], expected), "restarted episodes should differ from the uninterrupted ones"
     assert resumed[0][2] == whole.steps and not _same({k: expected[k] for k in initial}, initial), "no update"
     whole.close()
+
+
+def test_image_envs_that_restart_on_a_resume_start_their_episodes_as_the_agent_sees_them(tmp_path: Path,
+                                                                                        one_core: None) -> None:
+    """CarRacing (Box2D, frames channels last) restarts its episodes on a resume: their first frames go through
+    SB3's transpose, as every frame the agent gets does (the resumed PPO crashed on untransposed ones)."""
+    env, sizes = "CarRacing-v3", {"normalize_obs": False, "n_envs": 1, "n_steps": 8, "batch_size": 8, "n_epochs": 1,
+                                  "eval_episodes": 0}
+    cfg = resolve([{"run": {"env": env, "search": "PBT", "pop_size": 2}, "member": sizes}])
+    config = {name: sizes.get(name, param.default) for name, param in cfg.space.params.items()}
+    member = cfg.member_cls(MemberContext(env=env, index=0, seed=0, device="cpu"), cfg.member, config)
+    member.train(8)
+    member.save(tmp_path / "member_0.r0.ckpt")
+    member.close()
+    resumed = cfg.member_cls(MemberContext(env=env, index=0, seed=0, device="cpu"), cfg.member, config)
+    resumed.load(tmp_path / "member_0.r0.ckpt", own=True)
+    assert resumed.model._last_obs.shape == (1, *resumed.model.observation_space.shape) == (1, 3, 96, 96)
+    resumed.train(8)
+    assert resumed.steps == 16
+    resumed.close()
