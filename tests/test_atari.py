@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from pbx.members.base import MemberContext
 from pbx.members.offpolicy import member as offpolicy
 from pbx.members.offpolicy.dqn import DQNMember, DQNSettings
 from pbx.members.offpolicy.replay_store import fields
+from pbx.runners.start import default_name, new_run
 from pbx.train import main
 
 from conftest import kill_after, start_train
@@ -170,3 +172,14 @@ def test_an_agent_or_a_game_that_cannot_run_is_one_line_naming_the_fix(argv: lis
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}"), err
     assert err.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+def test_the_default_run_folder_of_an_atari_id_is_one_folder_in_runs(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --run-dir an ALE/Pong-v5 run went to runs/ALE/Pong-v5-...: the id's namespace as a folder."""
+    monkeypatch.chdir(tmp_path)
+    setup = new_run([{"run": {"env": "ALE/Pong-v5", "search": "PBT", "seed": 2}}])
+    assert setup.run_dir.path.parent == Path("runs") and [p.name for p in (tmp_path / "runs").iterdir()] == \
+        [setup.cfg.run.name]
+    assert setup.cfg.run.name.startswith("ALE-Pong-v5-PBT-s2-")
+    assert default_name(replace(setup.cfg.run, env="my_tasks:Point-v0")).startswith("my_tasks-Point-v0-PBT-s2-")
