@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,12 +16,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
 
+from pbx import export
 from pbx.config import resolve
 from pbx.envs.atari import make_atari_env
 from pbx.history import read_csv
-from pbx.envs import observation_and_action_spaces
+from pbx.envs import make_env, observation_and_action_spaces
 from pbx.errors import UsageError
+from pbx.evaluation import find_target
 from pbx.members.base import MemberContext
 from pbx.members.offpolicy import member as offpolicy
 from pbx.members.offpolicy.dqn import DQNMember, DQNSettings
@@ -183,3 +188,46 @@ def test_the_default_run_folder_of_an_atari_id_is_one_folder_in_runs(tmp_path: P
         [setup.cfg.run.name]
     assert setup.cfg.run.name.startswith("ALE-Pong-v5-PBT-s2-")
     assert default_name(replace(setup.cfg.run, env="my_tasks:Point-v0")).startswith("my_tasks-Point-v0-PBT-s2-")
+
+
+# Put first on the import path of the process that runs the printed snippet: pbx is installed (editable) for every
+# process of this interpreter, so it is refused by name, as where it is not installed.
+NO_PBX = """
+import sys
+class NoPbx:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "pbx":
+            raise ImportError(f"No module named {name!r}")
+sys.meta_path.insert(0, NoPbx())
+try:
+    import pbx
+except ImportError:
+    pass
+else:
+    raise SystemExit("pbx is importable")
+"""
+
+
+def test_the_exported_pong_member_plays_in_plain_sb3_as_its_test_episodes_play(tmp_path: Path, one_core: None,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The snippet pbx.export prints plays one whole game of Pong (about 760 agent steps, 3,056 frames here) in plain
+    SB3 without pbx, frame for frame as the member's own test episode on seed 0: the same score and length. With
+    SB3's make_atari_env("ALE/Pong-v5") alone each action would last 16 frames (v5's skip under AtariWrapper's)."""
+    run = tmp_path / "run"
+    assert main(["--algo", "dqn", *RUN[:RUN.index("--t_ready")], "--t_ready", "32", "--max_budget", "32", "-m",
+                 "buffer_size=40", "learning_starts=16", "eval_episodes=0", "--run-dir", str(run)]) == 0
+    capsys.readouterr()
+    assert export.main([str(run)]) == 0
+    out = capsys.readouterr().out
+    assert yaml.safe_load((run / "export" / "m0_round1" / "env.yaml").read_text())["env_kwargs"] == {"frameskip": 1}
+    code = out[out.index("import gymnasium"):]
+    member = find_target(run).load_member("cpu")
+    venv = make_env("ALE/Pong-v5", 1, 0, train=False)
+    obs, done = venv.reset(), [False]
+    while not done[0]:
+        obs, _, done, info = venv.step(member.act(obs, deterministic=True))
+    member.close()
+    played = subprocess.run([sys.executable, "-c", NO_PBX + code], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    assert played.returncode == 0, played.stderr
+    assert played.stdout == f"episode return {info[0]['episode']['r']}, length {info[0]['episode']['l']}\n"
