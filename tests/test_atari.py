@@ -41,6 +41,9 @@ pytest.importorskip("ale_py")
 RUN = ["--env", "ALE/Pong-v5", "--search", "PBT", "--batchsize", "2", "--quantile", "0.5", "--device", "cpu",
        "--t_ready", "64", "--max_budget", "128", "-m", "n_envs=2", "n_steps=32", "batch_size=64", "n_epochs=1",
        "eval_episodes=0"]
+# DQN: rounds of 32 steps of one env, updates from step 16 on, a buffer of 40 (the row stores each frame stack once)
+DQN_RUN = ["--algo", "dqn", *RUN[:RUN.index("--t_ready")], "--t_ready", "32", "-m", "buffer_size=40",
+           "learning_starts=16", "eval_episodes=0"]
 
 
 def _history(run_dir: Path) -> pd.DataFrame:
@@ -90,27 +93,9 @@ def test_a_state_saved_before_the_replay_still_restores() -> None:
     assert np.array_equal(reward, reward0) and np.array_equal(done, done0)
 
 
-def test_a_killed_pong_run_resumes_to_the_uninterrupted_weights(tmp_path: Path, one_core: None) -> None:
-    assert main([*RUN, "--run-dir", str(tmp_path / "whole")]) == 0
-    killed = start_train(*RUN, "--run-dir", str(tmp_path / "killed"))
-    kill_after(killed, tmp_path / "killed" / "history.csv", rows=0)  # once round 0 is written
-    assert read_csv(tmp_path / "killed" / "history.csv")["round"].max() == 0, "the kill should land mid-run"
-    resumed = start_train("--resume", str(tmp_path / "killed"))
-    _, err = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, err
-    pd.testing.assert_frame_equal(_history(tmp_path / "killed"), _history(tmp_path / "whole"))
-    same = [all(torch.equal(_weights(tmp_path / "killed", m)[k], v) for k, v in _weights(tmp_path / "whole", m).items())
-            for m in (0, 1)]
-    assert same[0], "member 0's weights differ from the uninterrupted run's"
-    assert same[1], "member 1's weights differ from the uninterrupted run's"
-
-
-def test_a_killed_dqn_pong_run_resumes_to_the_uninterrupted_weights(tmp_path: Path, one_core: None) -> None:
-    """DQN on Pong trains (it failed at its first stored transition: the replay buffer, built for the transposed
-    frames, was handed them untransposed) and resumes exactly from its replay segments, each frame stack stored
-    once (``optimize_memory_usage``, the row's): a buffer of 40 that the second round wraps, updates from step 16."""
-    run = ["--algo", "dqn", *RUN[:RUN.index("--t_ready")], "--t_ready", "32", "--max_budget", "64", "-m",
-           "buffer_size=40", "learning_starts=16", "eval_episodes=0"]
+def _killed_and_resumed(run: list[str], tmp_path: Path) -> None:
+    """Assert that ``run`` killed after its first round and resumed ends as the uninterrupted run: its history and
+    both members' weights."""
     assert main([*run, "--run-dir", str(tmp_path / "whole")]) == 0
     killed = start_train(*run, "--run-dir", str(tmp_path / "killed"))
     kill_after(killed, tmp_path / "killed" / "history.csv", rows=0)  # once round 0 is written
@@ -122,6 +107,17 @@ def test_a_killed_dqn_pong_run_resumes_to_the_uninterrupted_weights(tmp_path: Pa
     for m in (0, 1):
         assert all(torch.equal(_weights(tmp_path / "killed", m)[k], v)
                    for k, v in _weights(tmp_path / "whole", m).items()), f"member {m}'s weights differ"
+
+
+def test_a_killed_pong_run_resumes_to_the_uninterrupted_weights(tmp_path: Path, one_core: None) -> None:
+    _killed_and_resumed(RUN, tmp_path)
+
+
+def test_a_killed_dqn_pong_run_resumes_to_the_uninterrupted_weights(tmp_path: Path, one_core: None) -> None:
+    """DQN on Pong trains (it failed at its first stored transition: the replay buffer, built for the transposed
+    frames, was handed them untransposed) and resumes exactly from its replay segments, each frame stack stored
+    once (``optimize_memory_usage``, the row's): a buffer of 40 that the second round wraps, updates from step 16."""
+    _killed_and_resumed([*DQN_RUN, "--max_budget", "64"], tmp_path)
     with np.load(next((tmp_path / "whole" / "checkpoints").glob("member_0.replay.*.npz"))) as segment:
         assert "next_observations" not in segment.files and segment["observations"].shape[2:] == (4, 84, 84)
 
@@ -214,8 +210,7 @@ def test_the_exported_pong_member_plays_in_plain_sb3_as_its_test_episodes_play(t
     SB3 without pbx, frame for frame as the member's own test episode on seed 0: the same score and length. With
     SB3's make_atari_env("ALE/Pong-v5") alone each action would last 16 frames (v5's skip under AtariWrapper's)."""
     run = tmp_path / "run"
-    assert main(["--algo", "dqn", *RUN[:RUN.index("--t_ready")], "--t_ready", "32", "--max_budget", "32", "-m",
-                 "buffer_size=40", "learning_starts=16", "eval_episodes=0", "--run-dir", str(run)]) == 0
+    assert main([*DQN_RUN, "--max_budget", "32", "--run-dir", str(run)]) == 0
     capsys.readouterr()
     assert export.main([str(run)]) == 0
     out = capsys.readouterr().out
