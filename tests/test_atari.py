@@ -32,7 +32,7 @@ from pbx.members.offpolicy.replay_store import fields
 from pbx.runners.start import default_name, new_run
 from pbx.train import main
 
-from conftest import kill_after, start_train
+from conftest import built_once, kill_after, start_train
 
 pytest.importorskip("ale_py")
 
@@ -41,9 +41,9 @@ pytest.importorskip("ale_py")
 RUN = ["--env", "ALE/Pong-v5", "--search", "PBT", "--batchsize", "2", "--quantile", "0.5", "--device", "cpu",
        "--t_ready", "64", "--max_budget", "128", "-m", "n_envs=2", "n_steps=32", "batch_size=64", "n_epochs=1",
        "eval_episodes=0"]
-# DQN: rounds of 32 steps of one env, updates from step 16 on, a buffer of 40 (the row stores each frame stack once)
-DQN_RUN = ["--algo", "dqn", *RUN[:RUN.index("--t_ready")], "--t_ready", "32", "-m", "buffer_size=40",
-           "learning_starts=16", "eval_episodes=0"]
+# DQN: 2 rounds of 32 steps of one env, updates from step 16 on, a buffer of 40 (the row stores each frame stack once)
+DQN_RUN = ["--algo", "dqn", *RUN[:RUN.index("--t_ready")], "--t_ready", "32", "--max_budget", "64", "-m",
+           "buffer_size=40", "learning_starts=16", "eval_episodes=0"]
 
 
 def _history(run_dir: Path) -> pd.DataFrame:
@@ -93,32 +93,39 @@ def test_a_state_saved_before_the_replay_still_restores() -> None:
     assert np.array_equal(reward, reward0) and np.array_equal(done, done0)
 
 
-def _killed_and_resumed(run: list[str], tmp_path: Path) -> None:
-    """Assert that ``run`` killed after its first round and resumed ends as the uninterrupted run: its history and
-    both members' weights."""
-    assert main([*run, "--run-dir", str(tmp_path / "whole")]) == 0
+@pytest.fixture(scope="module")
+def dqn_pong(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A DQN run on Pong of two rounds (:data:`DQN_RUN`), trained once for the tests that read it."""
+    return built_once(tmp_path_factory, "dqn-pong", lambda folder: main([*DQN_RUN, "--run-dir", str(folder)]))
+
+
+def _killed_and_resumed(run: list[str], whole: Path, tmp_path: Path) -> None:
+    """Assert that ``run`` killed after its first round and resumed ends as the uninterrupted run ``whole``: its
+    history and both members' weights."""
     killed = start_train(*run, "--run-dir", str(tmp_path / "killed"))
     kill_after(killed, tmp_path / "killed" / "history.csv", rows=0)  # once round 0 is written
     assert read_csv(tmp_path / "killed" / "history.csv")["round"].max() == 0, "the kill should land mid-run"
     resumed = start_train("--resume", str(tmp_path / "killed"))
     _, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err
-    pd.testing.assert_frame_equal(_history(tmp_path / "killed"), _history(tmp_path / "whole"))
+    pd.testing.assert_frame_equal(_history(tmp_path / "killed"), _history(whole))
     for m in (0, 1):
         assert all(torch.equal(_weights(tmp_path / "killed", m)[k], v)
-                   for k, v in _weights(tmp_path / "whole", m).items()), f"member {m}'s weights differ"
+                   for k, v in _weights(whole, m).items()), f"member {m}'s weights differ"
 
 
 def test_a_killed_pong_run_resumes_to_the_uninterrupted_weights(tmp_path: Path, one_core: None) -> None:
-    _killed_and_resumed(RUN, tmp_path)
+    assert main([*RUN, "--run-dir", str(tmp_path / "whole")]) == 0
+    _killed_and_resumed(RUN, tmp_path / "whole", tmp_path)
 
 
-def test_a_killed_dqn_pong_run_resumes_to_the_uninterrupted_weights(tmp_path: Path, one_core: None) -> None:
+def test_a_killed_dqn_pong_run_resumes_to_the_uninterrupted_weights(dqn_pong: Path, tmp_path: Path,
+                                                                   one_core: None) -> None:
     """DQN on Pong trains (it failed at its first stored transition: the replay buffer, built for the transposed
     frames, was handed them untransposed) and resumes exactly from its replay segments, each frame stack stored
     once (``optimize_memory_usage``, the row's): a buffer of 40 that the second round wraps, updates from step 16."""
-    _killed_and_resumed([*DQN_RUN, "--max_budget", "64"], tmp_path)
-    with np.load(next((tmp_path / "whole" / "checkpoints").glob("member_0.replay.*.npz"))) as segment:
+    _killed_and_resumed(DQN_RUN, dqn_pong, tmp_path)
+    with np.load(next((dqn_pong / "checkpoints").glob("member_0.replay.*.npz"))) as segment:
         assert "next_observations" not in segment.files and segment["observations"].shape[2:] == (4, 84, 84)
 
 
@@ -204,19 +211,18 @@ else:
 """
 
 
-def test_the_exported_pong_member_plays_in_plain_sb3_as_its_test_episodes_play(tmp_path: Path, one_core: None,
+def test_the_exported_pong_member_plays_in_plain_sb3_as_its_test_episodes_play(dqn_pong: Path, tmp_path: Path,
+                                                                              one_core: None,
                                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """The snippet pbx.export prints plays one whole game of Pong (about 760 agent steps, 3,056 frames here) in plain
     SB3 without pbx, frame for frame as the member's own test episode on seed 0: the same score and length. With
     SB3's make_atari_env("ALE/Pong-v5") alone each action would last 16 frames (v5's skip under AtariWrapper's)."""
-    run = tmp_path / "run"
-    assert main([*DQN_RUN, "--max_budget", "32", "--run-dir", str(run)]) == 0
     capsys.readouterr()
-    assert export.main([str(run)]) == 0
+    assert export.main([str(dqn_pong), "--out", str(tmp_path / "export")]) == 0
     out = capsys.readouterr().out
-    assert yaml.safe_load((run / "export" / "m0_round1" / "env.yaml").read_text())["env_kwargs"] == {"frameskip": 1}
+    assert yaml.safe_load((tmp_path / "export" / "env.yaml").read_text())["env_kwargs"] == {"frameskip": 1}
     code = out[out.index("import gymnasium"):]
-    member = find_target(run).load_member("cpu")
+    member = find_target(dqn_pong).load_member("cpu")
     venv = make_env("ALE/Pong-v5", 1, 0, train=False)
     obs, done = venv.reset(), [False]
     while not done[0]:
