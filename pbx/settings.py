@@ -42,8 +42,8 @@ def check_seed(seed: int, name: str) -> None:
 def check_name(name: str | None) -> None:
     """Raise :class:`UsageError` unless ``name`` (a run's ``--name``) is None or names a folder inside ``runs/``:
     the run folder is ``runs/<name>``, so ``''`` would make ``runs/`` itself the run, and ``../x`` or ``/x`` a
-    folder elsewhere. A name may hold a ``/`` (the default name of ``--env ALE/Pong-v5`` does: its runs sit in
-    ``runs/ALE/``)."""
+    folder elsewhere. A name may hold a ``/`` (a folder inside ``runs/``, as the default name of ``--env ALE/Pong-v5``
+    did before it became ``ALE-Pong-v5-...``: such a run's config.yaml still resumes)."""
     if name is None:
         return
     inside = os.path.normpath(os.path.join("runs", name))

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -87,6 +87,16 @@ def run_toy(folder: Path, strategy: dict[str, object] | None = None, **run: obje
     run_dir.begin()
     cfg.write(run_dir.config)
     return SyncRunner(cfg, run_dir).run()
+
+
+@pytest.fixture
+def one_core() -> Iterator[None]:
+    """This process and the runs it starts on one core: a CNN member takes a torch thread per core, and on a
+    busy machine two threads wait on each other (the Nature CNN on 2 shared cores: 20x slower than on one)."""
+    cores = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cores)})
+    yield
+    os.sched_setaffinity(0, cores)
 
 
 @pytest.fixture

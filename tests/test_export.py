@@ -10,6 +10,7 @@ from pathlib import Path
 import gymnasium
 import numpy as np
 import pytest
+import yaml
 from stable_baselines3.common.buffers import ReplayBuffer
 
 from pbx import evaluate, export, train
@@ -62,8 +63,10 @@ def test_every_agents_export_loads_without_pbx_and_acts_as_the_member(tmp_path: 
         out = capsys.readouterr().out.splitlines()
         folder = run / "export" / "m0_round1"
         assert out[0].startswith(f"wrote {folder / 'model.zip'}: {cls}, member 0 after round 1")
-        assert out[-1].startswith(f'load with: {cls}.load("{folder / "model.zip"}")')  # the SB3 class, not pbx's
+        load = next(line for line in out if line.startswith("load with: "))
+        assert load.startswith(f'load with: {cls}.load("{folder / "model.zip"}")')  # the SB3 class, not pbx's
         assert (folder / "vecnormalize.pkl").is_file() == (algo == "ppo")
+        assert yaml.safe_load((folder / "env.yaml").read_text()) == {"env_id": env, "env_kwargs": {}}
         member = find_target(run).load_member()
         obs = rng.normal(size=(3, *member.model.observation_space.shape)).astype(np.float32)
         expected[algo] = member.act(obs, deterministic=True).tolist()

@@ -33,6 +33,8 @@ from stable_baselines3.common.atari_wrappers import AtariWrapper
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
+from pbx.envs.plain import PlainEnv
+
 with contextlib.suppress(ImportError):  # the "atari" extra; without it no ALE/ id is registered
     import ale_py
 
@@ -41,6 +43,8 @@ with contextlib.suppress(ImportError):  # the "atari" extra; without it no ALE/ 
 
 FRAMES = 4
 """Frames stacked into one observation."""
+GAME_KWARGS = {"frameskip": 1}
+"""v5's keywords: its own frame skip off, ``AtariWrapper``'s 4 in its place."""
 
 EnvState = tuple[list[dict[str, Any]], Any, np.random.Generator, Any]
 """An env's saved state (see :func:`_env_state`)."""
@@ -141,7 +145,7 @@ def _set_env_state(env: gymnasium.Env, state: EnvState) -> None:
 
 def _make_game(env: str, render: bool) -> _Replay:
     """The game with its replay innermost, under SB3's Monitor and wrappers."""
-    return _Replay(gymnasium.make(env, frameskip=1, render_mode="rgb_array" if render else None))
+    return _Replay(gymnasium.make(env, **GAME_KWARGS, render_mode="rgb_array" if render else None))
 
 
 def make_atari_env(env: str, n_envs: int, seed: int, *, train: bool = True, render: bool = False,
@@ -151,3 +155,10 @@ def make_atari_env(env: str, n_envs: int, seed: int, *, train: bool = True, rend
     venv = make_vec_env(make, n_envs=n_envs, seed=seed, wrapper_class=AtariWrapper,
                         wrapper_kwargs={"terminal_on_life_loss": train}, vec_env_cls=DummyVecEnv)
     return AtariVecEnv(venv, FRAMES)
+
+
+def plain_env(env: str) -> PlainEnv:
+    """``env`` as test episodes play it, built by plain SB3: the game, ``AtariWrapper`` (a lost life is no end),
+    the frame stack."""
+    return PlainEnv(env, dict(GAME_KWARGS), f"{AtariWrapper.__module__}.{AtariWrapper.__name__}",
+                    {"terminal_on_life_loss": False}, FRAMES, ("ale_py",))

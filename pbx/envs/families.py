@@ -28,8 +28,9 @@ from typing import Any, Callable
 import gymnasium
 from stable_baselines3.common.vec_env import VecEnv
 
-from pbx.envs.atari import make_atari_env
+from pbx.envs.atari import make_atari_env, plain_env
 from pbx.envs.gym import env_spec, is_registered, make_gym_env
+from pbx.envs.plain import PlainEnv
 from pbx.envs.procgen import GAMES, ProcgenVecEnv
 from pbx.errors import UsageError
 
@@ -60,6 +61,9 @@ class Family:
     levels: bool = False
     """Whether its training envs play a subset of the levels test episodes play (ProcGen's ``num_levels`` from
     ``start_level``, against the unrestricted distribution); else train and test are one distribution."""
+    plain: Callable[[str], PlainEnv] | None = PlainEnv
+    """The env of an id as plain SB3 builds it for test episodes, which an exported member records
+    (:mod:`pbx.envs.plain`; by default the id alone); None where SB3 has no such env (ProcGen's)."""
 
 
 def _procgen(env: str, n_envs: int, seed: int, *, train: bool = True, num_levels: int = 0, start_level: int = 0,
@@ -88,13 +92,13 @@ def in_module(prefix: str) -> Callable[[str], bool]:
     return lambda env: is_registered(env) and entry_module(env).startswith(prefix)
 
 
-PROCGEN = Family("ProcGen", GAMES.__contains__, _procgen, simulator="procgen", levels=True)
+PROCGEN = Family("ProcGen", GAMES.__contains__, _procgen, simulator="procgen", levels=True, plain=None)
 CLASSIC = Family("classic control", in_module("gymnasium.envs.classic_control"), _gym(True))
 BOX2D = Family("Box2D", in_module("gymnasium.envs.box2d"), _gym(False), resume="restart", extra="box2d",
                simulator="Box2D")
 MUJOCO = Family("MuJoCo", in_module("gymnasium.envs.mujoco"), _gym(True), extra="mujoco", simulator="mujoco")
 ATARI = Family("Atari", lambda env: env.startswith("ALE/") or in_module("ale_py")(env), make_atari_env,
-               extra="atari", simulator="ale_py")
+               extra="atari", simulator="ale_py", plain=plain_env)
 """gymnasium's ``ALE/<Game>-v5`` ids with SB3's Atari wrappers and 4 stacked frames (:mod:`pbx.envs.atari`); an
 ``ALE/`` id is Atari's before ale-py, which registers it, is installed (so a missing ale-py names its extra)."""
 OTHER = Family("gymnasium", is_registered, _gym(False), resume="restart")

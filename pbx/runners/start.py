@@ -72,9 +72,16 @@ def new_run(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), 
     cfg = resolve([*rank_layers(ranks), *layers], overrides)
     mpi = use_mpi(cfg, comm)
     if cfg.run.name is None:
-        cfg.run.name = f"{cfg.run.env}-{cfg.run.search}-s{cfg.run.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+        cfg.run.name = default_name(cfg.run)
     folder = RunDir(check_run_dir(run_dir if run_dir is not None else Path("runs") / cfg.run.name))
     return Setup(cfg, folder, folder.create(), True, mpi)
+
+
+def default_name(run: RunSettings) -> str:
+    """``<env>-<search>-s<seed>-<time>``, one folder inside ``runs/``: the env id's namespace and module separators
+    (``ALE/Pong-v5``, ``my_tasks:Point-v0``) become ``-`` (``ALE-Pong-v5-PBT-s0-...``)."""
+    env = run.env.replace("/", "-").replace(":", "-")
+    return f"{env}-{run.search}-s{run.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def resumed_run(path: str | Path, changes: Mapping[str, Any] = (), overrides: Sequence[str] = (),

@@ -13,6 +13,18 @@ once a round; here epsilon is a function of the member's own step count instead,
 ``exploration_fraction`` keeps its tuned meaning whatever the run's length), across rounds,
 exploits and resumes alike. ``_n_calls``, which times the target network's updates,
 counts env steps with ``steps``: saved, and the donor's on an exploit.
+
+On Atari the defaults are rl-zoo's ``atari`` row (``hyperparams/dqn.yml``) as it stood from
+v1.2.0 to v1.5.0 (commit 4c69c8c, 2021): a 100k-transition buffer with ``optimize_memory_usage``,
+which stores each 84x84x4 observation once instead of twice, 2.8 GB a member instead of 5.6 GB
+(4 members: 11.3 GB, against 22.6 GB). The row has changed across rl-zoo's versions: a 1M buffer
+with 10k steps between target updates and ``optimize_memory_usage`` before its first release; a
+10k buffer, target updates every 1k steps and a final epsilon of 0.01 in v0.10.0, with
+``optimize_memory_usage`` from v0.11.1; 100k from v1.2.0; ``optimize_memory_usage: False`` from
+v1.6.0 to this day (v2.8.0), as SB3 refuses it together with ``handle_timeout_termination`` (on by
+default; SB3 issue #934). pbx keeps the memory-saving buffer and turns the time-limit handling
+off, as rl-zoo's comment on the row says to: v5 cuts a game off at 108k frames (27k agent steps),
+and that one transition is then stored as the game's end, not bootstrapped.
 """
 
 from __future__ import annotations
@@ -107,10 +119,12 @@ class DQNMember(OffPolicyMember):
             "buffer_size": 50_000, "learning_starts": 0, "target_update_interval": 250, "train_freq": 4,
             "gradient_steps": -1, "exploration_fraction": 0.12, "net_arch": [256, 256],
             "schedule_timesteps": 100_000}, {"t_ready": 10_000, "max_budget": 100_000}),
-        # rl-zoo's atari row (lr 1e-4, batch 32 and final epsilon 0.01 in the space) over its 10M steps
+        # rl-zoo's atari row (lr 1e-4, batch 32 and final epsilon 0.01 in the space) over its 10M steps, as
+        # rl-zoo v1.2.0 to v1.5.0 have it: a 100k buffer storing each observation once (the module docstring)
         ATARI.name: AgentDefaults("dqn_atari.yaml", {
             "buffer_size": 100_000, "learning_starts": 100_000, "target_update_interval": 1_000, "train_freq": 4,
-            "gradient_steps": 1, "exploration_fraction": 0.1, "schedule_timesteps": 10_000_000},
+            "gradient_steps": 1, "exploration_fraction": 0.1, "schedule_timesteps": 10_000_000,
+            "optimize_memory_usage": True},
             {"t_ready": 250_000, "max_budget": 10_000_000}),
         # any other gymnasium id: classic control's
         OTHER.name: _CLASSIC,

@@ -42,6 +42,7 @@ import numpy as np
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
 from pbx.envs import observation_and_action_spaces  # isort: skip
+from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
@@ -79,6 +80,11 @@ class OffPolicySettings(SB3Settings):
     copy_buffer: bool = False
     """An exploit copies the donor's replay buffer too (the checkpoint then holds the whole buffer, written
     whole at every save); by default the recipient keeps its own experience."""
+    optimize_memory_usage: bool = False
+    """SB3's memory-saving buffer: each observation is stored once (a row's next observation is the next row's
+    observation), half the memory where observations are most of a row (images). SB3 then cannot keep an
+    episode cut off by a time limit apart from one that ended (``handle_timeout_termination`` is off): its last
+    transition is stored as an end, and is not bootstrapped from the next observation."""
 
 
 class OffPolicyRun(OffPolicyAlgorithm):
@@ -128,11 +134,8 @@ class OffPolicyMember(SB3Member):
     def check_population(cls, env: str, pop_size: int, settings: OffPolicySettings) -> None:
         """Raise :class:`UsageError` when the replay buffers of the members on this machine do not fit in the
         memory available now (they are allocated whole; a full buffer would then swap or be killed)."""
-        obs, act = observation_and_action_spaces(env)
-        row = (2 * int(np.prod(obs.shape)) * np.dtype(obs.dtype).itemsize
-               + get_action_dim(act) * np.dtype(ReplayBuffer._maybe_cast_dtype(act.dtype)).itemsize + 3 * 4)
         members = members_on_this_machine(pop_size)
-        need, free = members * settings.buffer_size * row, _available_memory()
+        need, free = members * replay_bytes(*observation_and_action_spaces(env), settings), _available_memory()
         if need > free:
             raise UsageError(f"buffer_size {settings.buffer_size:,} x {members} members needs {need / 1e9:.1f} GB of "
                              f"replay buffers, {free / 1e9:.1f} GB is free: lower buffer_size (-m buffer_size=...) "
@@ -149,7 +152,9 @@ class OffPolicyMember(SB3Member):
         net = {} if s.net_arch is None else {"policy_kwargs": {"net_arch": list(s.net_arch)}}
         return {"policy": "CnnPolicy" if image else "MlpPolicy", "env": self._norm, "buffer_size": s.buffer_size,
                 "learning_starts": s.learning_starts, "train_freq": int(hp["train_freq"]),
-                "replay_buffer_class": CountingReplayBuffer, "device": self.device, "verbose": 0, **net}
+                "replay_buffer_class": CountingReplayBuffer, "optimize_memory_usage": s.optimize_memory_usage,
+                "replay_buffer_kwargs": {"handle_timeout_termination": not s.optimize_memory_usage},
+                "device": self.device, "verbose": 0, **net}
 
     def _set(self, hp: Mapping[str, Any]) -> None:
         # SB3 converts train_freq to a TrainFreq once, in _setup_model, and reads that in learn()
@@ -157,8 +162,8 @@ class OffPolicyMember(SB3Member):
 
     def _started(self, obs: np.ndarray) -> None:
         super()._started(obs)
-        # the buffer stores raw observations: each row starts from the envs' last raw ones
-        self.model._last_original_obs = self._norm.raw_obs()
+        # the buffer stores raw observations, as the agent gets them: each row starts from the envs' last raw ones
+        self.model._last_original_obs = self._norm.get_original_obs()
 
     def _save_beside(self, path: Path) -> dict[str, Any]:
         buffer = self.model.replay_buffer
@@ -206,6 +211,16 @@ class OffPolicyMember(SB3Member):
             self._store.load(path, entry)
         else:
             self._store.take(path, entry)
+
+
+def replay_bytes(observations: spaces.Space, actions: spaces.Space, settings: OffPolicySettings) -> int:
+    """The bytes of the arrays SB3's ``ReplayBuffer`` allocates for ``settings`` on these spaces: ``buffer_size``
+    rounded down to whole rows of ``n_envs`` transitions, each an observation (two without
+    ``optimize_memory_usage``), an action and three float32 numbers (reward, end, time limit)."""
+    rows = max(settings.buffer_size // settings.n_envs, 1) * settings.n_envs
+    observation = int(np.prod(observations.shape)) * np.dtype(observations.dtype).itemsize
+    action = get_action_dim(actions) * np.dtype(ReplayBuffer._maybe_cast_dtype(actions.dtype)).itemsize
+    return rows * ((1 if settings.optimize_memory_usage else 2) * observation + action + 3 * 4)
 
 
 def _available_memory() -> int:

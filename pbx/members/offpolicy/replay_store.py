@@ -18,6 +18,15 @@ them. A resume may find segments of a save the kill interrupted: they carry numb
 resumed member writes again (an atomic replace), or are deleted at its next save. A segment
 the checkpoint lists that is missing or damaged (a full disk, a copy cut short) is one error
 naming it, as a damaged checkpoint is (:meth:`ReplayStore.load`).
+
+A buffer with SB3's ``optimize_memory_usage`` holds no ``next_observations``: a row's next
+observation is the observation of the row after it, and SB3 writes it there at each add. The
+row past the newest one (at ``pos``) is not in a segment: SB3 samples no row whose next
+observation it holds before the next add, which first writes that row's observation again
+(the envs' last one, which the checkpoint holds), so a resume continues exactly. A buffer taken
+from another member (an exploit with ``copy_buffer``, :meth:`ReplayStore.take`) joins that
+member's newest row to this member's next observation: one transition of the buffer whose
+observations come from two members' envs.
 """
 
 from __future__ import annotations
@@ -40,6 +49,12 @@ from pbx.files import durable_write
 FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
 """The arrays of SB3's ``ReplayBuffer`` (without ``optimize_memory_usage``), each (rows, n_envs, ...)."""
 
+
+def fields(buffer: ReplayBuffer) -> tuple[str, ...]:
+    """The arrays ``buffer`` holds: with ``optimize_memory_usage`` no ``next_observations`` (a row's next observation
+    is the next row's observation; see the module docstring)."""
+    return tuple(name for name in FIELDS if not (buffer.optimize_memory_usage and name == "next_observations"))
+
 _FIX = "the run folder is damaged: restore the file, or start a new run"
 """The way out a damaged file's message gives (:func:`pbx.members.sb3.checkpoint.read_checkpoint`'s)."""
 
@@ -60,13 +75,13 @@ class CountingReplayBuffer(ReplayBuffer):
 def rows(buffer: ReplayBuffer, start: int, count: int) -> dict[str, np.ndarray]:
     """Copies of ``count`` rows of the ring from row ``start`` on (wrapping), field by field."""
     index = (start + np.arange(count)) % buffer.buffer_size
-    return {name: getattr(buffer, name)[index] for name in FIELDS}
+    return {name: getattr(buffer, name)[index] for name in fields(buffer)}
 
 
 def put_rows(buffer: ReplayBuffer, start: int, arrays: dict[str, np.ndarray]) -> None:
     """Write ``arrays`` (as :func:`rows` gives them) into the ring from row ``start`` on."""
     index = (start + np.arange(len(arrays["rewards"]))) % buffer.buffer_size
-    for name in FIELDS:
+    for name in fields(buffer):
         getattr(buffer, name)[index] = arrays[name]
 
 
@@ -82,7 +97,7 @@ def set_whole(buffer: ReplayBuffer, entry: dict[str, Any], path: Path) -> None:
     """Take the buffer :func:`whole` wrote into the checkpoint ``path`` (the rows past its filled ones are never
     read before written); rows that do not fit the buffer are a :class:`UsageError` naming the checkpoint."""
     filled = buffer.buffer_size if entry["full"] else entry["pos"]
-    arrays = {name: entry["rows"][name].numpy() for name in FIELDS if name in entry["rows"]}
+    arrays = {name: entry["rows"][name].numpy() for name in fields(buffer) if name in entry["rows"]}
     problem = _misfit(buffer, arrays, filled)
     if problem:
         raise UsageError(f"{path}: its replay buffer {problem}; {_FIX}")
@@ -161,7 +176,7 @@ def _read_segment(file: Path, path: Path, buffer: ReplayBuffer, count: int) -> d
         raise UsageError(f"{file}: missing replay buffer segment, listed by {path.name}; {_FIX}")
     try:
         with np.load(file, allow_pickle=False) as data:
-            arrays = {field: data[field] for field in FIELDS}
+            arrays = {field: data[field] for field in fields(buffer)}
     except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as err:
         # np.load gives EOFError on an empty file, BadZipFile on a truncated one, KeyError for a missing field
         first = (str(err).splitlines() or [""])[0][:80]
@@ -176,7 +191,7 @@ def _read_segment(file: Path, path: Path, buffer: ReplayBuffer, count: int) -> d
 
 def _misfit(buffer: ReplayBuffer, arrays: dict[str, np.ndarray], count: int) -> str:
     """What keeps ``arrays`` from being ``count`` rows of ``buffer`` ("" when nothing does)."""
-    for name in FIELDS:
+    for name in fields(buffer):
         if name not in arrays:
             return f"lacks {name}"
         array, field = arrays[name], getattr(buffer, name)

@@ -231,7 +231,7 @@ class Checkpointed:
                             .generate_state(1)[0] % 2**31))
         training, self._norm.training = self._norm.training, False
         try:
-            obs = self._norm.reset()
+            obs = self.model.env.reset()  # through SB3's transpose of images, where it put one
         finally:
             self._norm.training = training
         self._started(obs)

@@ -41,6 +41,7 @@ from stable_baselines3.common.callbacks import CallbackList
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.utils import FloatSchedule
+from stable_baselines3.common.vec_env import VecTransposeImage
 
 from pbx.errors import UsageError
 from pbx.members.base import Diverged, MemberContext, Stopped
@@ -106,6 +107,8 @@ class SB3Member(Checkpointed, SB3Agent):
                 warnings.filterwarnings("ignore", message="You are trying to run .* on the GPU")
                 # The other hyperparameters are set by apply(), the one place that knows where SB3 reads them.
                 self.model: BaseAlgorithm = self._build(self._hyperparameters(config), image)
+        if isinstance(self.model.env, VecTransposeImage):
+            self._norm.transpose = self.model.env
         self._learner = Learner(self.model)
         # Start from the envs' first observations now (not inside the first ``learn``), so a
         # checkpoint written before any training holds them too. Reset the env SB3 steps

@@ -20,7 +20,7 @@ import numpy as np
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
 import pbx.envs  # noqa: F401  # isort: skip
 from stable_baselines3.common.running_mean_std import RunningMeanStd
-from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize, VecTransposeImage
 
 
 class Normalizer(VecNormalize):
@@ -33,6 +33,9 @@ class Normalizer(VecNormalize):
 
     def __init__(self, venv: VecEnv, *, norm_obs: bool, norm_reward: bool) -> None:
         super().__init__(venv, norm_obs=norm_obs, norm_reward=norm_reward)
+        self.transpose: VecTransposeImage | None = None
+        """SB3's transpose of channels-last images when the algorithm put one above this wrapper (the member sets
+        it): the agent gets its observations channels first."""
 
     def _update_reward(self, reward: np.ndarray) -> None:
         # Without norm_reward the return statistics scale nothing; SB3 keeps them up to date all the same, at a
@@ -60,8 +63,19 @@ class Normalizer(VecNormalize):
         return self.normalize_obs(raw) if self.norm_obs else raw
 
     def raw_obs(self) -> np.ndarray:
-        """The envs' latest observations before normalisation."""
-        return self.get_original_obs()
+        """The envs' latest observations before normalisation, as the envs give them."""
+        return super().get_original_obs()
+
+    def get_original_obs(self) -> np.ndarray:
+        """The envs' latest observations before normalisation, in the layout the agent gets (SB3's hook).
+
+        SB3's off-policy loop stores them in a replay buffer built for the agent's observation space, beside the
+        terminal observations the transpose above gave it (SB3 issue #819: channels-last images through
+        ``VecNormalize`` break off-policy agents); this wrapper stays below the transpose, where rl-zoo puts
+        ``VecNormalize``, so its saved statistics load onto the envs as the user builds them.
+        """
+        raw = super().get_original_obs()
+        return raw if self.transpose is None else self.transpose.transpose_observations(raw)
 
 
 def _stats(rms: RunningMeanStd) -> dict[str, Any]:

@@ -83,6 +83,7 @@ DOMAINS: dict[str, Domain] = {
     "gradient_steps": (lambda v: up_to(MAX_COUNT)(v) or v == -1,
                        f"a positive integer up to {MAX_COUNT:,}, or -1 (one per env step)"),
     "copy_buffer": (_flag, "true or false"),
+    "optimize_memory_usage": (_flag, "true or false"),
 }
 """Every agent's settings by name (an agent's settings class reads the rows of its own fields)."""
 
