@@ -89,7 +89,7 @@ class RestartBO(Generational):
         centre_config, centre_score = centre
         query = (float(history.latest()["steps"].max()), centre_score)
         picks: list[Config] = []
-        fitted = self._fit_across(points, query) if space.continuous else None
+        fitted = self.fit_across(points, query) if space.continuous else None
         for _ in range(count):
             new, _ = perturb(centre_config, space, rng, 0.0, names=space.categorical)
             if fitted is None:
@@ -251,9 +251,13 @@ class RestartBO(Generational):
         row = latest.iloc[rank_best_first(latest["score"].to_numpy(float))[0]]
         return history.config_of(row), float(row["score"])
 
-    def _fit_across(self, points: list[tuple[float, float, np.ndarray, float]],
-                    query: tuple[float, float]) -> tuple[Posterior, tuple[float, float]] | None:
-        """The GP across generations and the scaled query point, or None (too few points, all equal, a failure)."""
+    def fit_across(self, points: list[tuple[float, float, np.ndarray, float]],
+                   query: tuple[float, float]) -> tuple[Posterior, tuple[float, float]] | None:
+        """The GP across generations and the scaled query point, or None (too few points, all equal, a failure).
+
+        Its prior mean is :attr:`~pbx.strategies.generations.GenerationalSettings.across_mean`'s: a constant fitted
+        with the kernel, as the authors' meta GP (``algo/bgpbt_utils.py`` ``GP``: ``gpytorch.means.ConstantMean``),
+        or the lowest target."""
         points = points[-self.settings.window:]
         if len(points) < MIN_ROWS:
             return None
