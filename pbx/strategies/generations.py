@@ -7,18 +7,20 @@ on the round's scores, and explore by Bayesian optimisation in a trust region
 around the donor's config (CASMO's, without its categorical half):
 
 - the GP learns from the improvement rates of the current generation's most recent
-  ``window`` intervals (100), rank-transformed to normal scores (a copula, as the
+  ``window`` intervals (100), each stamped at its end, rank-transformed to normal scores (a copula, as the
   reference's ``copula_standardize``), with pbx's time-varying kernel over
-  ``(t, R_before, continuous hyperparameters)`` (:mod:`pbx.strategies.bayes.gp`);
-- each pick maximises UCB with ``ucb_kappa`` = 3 (the reference's LCB at beta 3)
-  inside a box of side ``L`` centred on the donor's values;
+  ``(t, R_before, continuous hyperparameters)`` (:mod:`pbx.strategies.bayes.gp`) in the
+  reference's bounds (kernel variance in [0.5, 5], noise in [1e-6, 0.1]);
+- each pick maximises UCB with ``ucb_kappa`` = 3 (the reference's LCB at beta 3, on an
+  observation's standard deviation) inside a box of side ``L`` centred on the donor's values,
+  asked at the donor's last interval, the pending points at the donor's point too;
 - ``L`` starts at ``tr_init`` (0.4) in each generation, grows by ``tr_factor``
-  (1.5, up to ``tr_max``) after ``succ_tol`` (3) rounds in a row whose best member
-  ran an explored config, and shrinks after ``fail_tol`` (10) rounds in a row
-  whose best did not (down to ``tr_min``). The reference tags every row as
-  explored, so there its ``L`` only grows (docs/algorithms.md); pbx counts what
-  happened, as the original BG-PBT does, and with ``tr_collapse: restart``
-  (BG-PBT's default) a region at ``tr_min`` starts again with the BO's data, as there.
+  (1.5, up to ``tr_max``) after ``succ_tol`` (3) successes in a row and shrinks after
+  ``fail_tol`` (10) failures in a row (down to ``tr_min``). IPBT's reference tags every
+  row as explored, so every round is a success and its ``L`` only grows
+  (``tr_success: every``); BG-PBT counts a round whose best member ran an explored config,
+  as the original BG-PBT does, and with ``tr_collapse: restart`` a region at ``tr_min``
+  starts again with the BO's data, as there.
 
 A *generation* runs from a restart round (or round 0) to the round before the
 next restart; the history marks restart rounds (``restart``). A restart is each
