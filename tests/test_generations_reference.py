@@ -212,7 +212,8 @@ def test_bgpbt_starts_its_trust_region_and_bo_data_again_when_the_region_collaps
     """An explored member never has the round's best: the region shrinks after rounds 10, 20 and 30 (0.4, 0.267,
     0.178, then the floor 0.15). The original BG-PBT (``adjust_tr_length(restart=True)``) then starts again: the
     side at 0.4, the BO's data after round 30, and the patience record too. ``tr_collapse: stay`` (IPBT's
-    default) keeps 0.15."""
+    default) keeps 0.15, where IPBT's region, counting every round a success as the authors' does, has grown to
+    1."""
     history = _history([[float(r), float(r) - 0.5] for r in range(33)], explored=[[False, r > 0] for r in range(33)])
     strategy = toy_config(search="BGPBT", pop_size=2).build_strategy()
     assert strategy.trust_length(history) == pytest.approx(0.4) and strategy.bo_start(history) == 30
@@ -220,8 +221,9 @@ def test_bgpbt_starts_its_trust_region_and_bo_data_again_when_the_region_collaps
     assert strategy.segments(history.frame).tolist() == [0] * 31 + [1] * 2
     stay = toy_config({"tr_collapse": "stay"}, search="BGPBT", pop_size=2).build_strategy()
     assert stay.trust_length(history) == pytest.approx(0.15) and stay.bo_start(history) == 0
-    ipbt = toy_config(search="IPBT", pop_size=2, max_budget=10_000).build_strategy()
+    ipbt = toy_config({"tr_success": "explored"}, search="IPBT", pop_size=2, max_budget=10_000).build_strategy()
     assert ipbt.trust_length(history) == pytest.approx(0.15)
+    assert toy_config(search="IPBT", pop_size=2, max_budget=10_000).build_strategy().trust_length(history) == 1.0
 
     # round 1's 100 is the generation's best; after the collapse the record is what the explores carried over
     scores = [[100.0 if r == 1 else float(r), float(r) - 0.5] for r in range(33)]

@@ -46,6 +46,10 @@ class BGPBTSettings(GenerationalSettings):
     patience: int = 15
     """Rounds in a row without the generation's best score before a restart."""
     tr_collapse: str = "restart"
+    tr_success: str = "explored"
+    """The original BG-PBT's (``xingchenwan/bgpbt`` tags a kept member's row ``'previous'``), whose collapse rule
+    (``tr_collapse``) needs a region that can shrink; ``every`` is the IPBT authors' BG-PBT, where ``L`` only
+    grows (docs/algorithms.md)."""
     last_rounds: str = "extend"
     """How the plan meets the budget's end: ``extend``, the reference's (``algo/base.py`` ``adjust_step_size``),
     the round after which less than a round would be left takes the rest; ``cut``, pbx's, a short last round."""

@@ -7,18 +7,20 @@ on the round's scores, and explore by Bayesian optimisation in a trust region
 around the donor's config (CASMO's, without its categorical half):
 
 - the GP learns from the improvement rates of the current generation's most recent
-  ``window`` intervals (100), rank-transformed to normal scores (a copula, as the
+  ``window`` intervals (100), each stamped at its end, rank-transformed to normal scores (a copula, as the
   reference's ``copula_standardize``), with pbx's time-varying kernel over
-  ``(t, R_before, continuous hyperparameters)`` (:mod:`pbx.strategies.bayes.gp`);
-- each pick maximises UCB with ``ucb_kappa`` = 3 (the reference's LCB at beta 3)
-  inside a box of side ``L`` centred on the donor's values;
+  ``(t, R_before, continuous hyperparameters)`` (:mod:`pbx.strategies.bayes.gp`) in the
+  reference's bounds (kernel variance in [0.5, 5], noise in [1e-6, 0.1]);
+- each pick maximises UCB with ``ucb_kappa`` = 3 (the reference's LCB at beta 3, on an
+  observation's standard deviation) inside a box of side ``L`` centred on the donor's values,
+  asked at the donor's last interval, the pending points at the donor's point too;
 - ``L`` starts at ``tr_init`` (0.4) in each generation, grows by ``tr_factor``
-  (1.5, up to ``tr_max``) after ``succ_tol`` (3) rounds in a row whose best member
-  ran an explored config, and shrinks after ``fail_tol`` (10) rounds in a row
-  whose best did not (down to ``tr_min``). The reference tags every row as
-  explored, so there its ``L`` only grows (docs/algorithms.md); pbx counts what
-  happened, as the original BG-PBT does, and with ``tr_collapse: restart``
-  (BG-PBT's default) a region at ``tr_min`` starts again with the BO's data, as there.
+  (1.5, up to ``tr_max``) after ``succ_tol`` (3) successes in a row and shrinks after
+  ``fail_tol`` (10) failures in a row (down to ``tr_min``). IPBT's reference tags every
+  row as explored, so every round is a success and its ``L`` only grows
+  (``tr_success: every``); BG-PBT counts a round whose best member ran an explored config,
+  as the original BG-PBT does, and with ``tr_collapse: restart`` a region at ``tr_min``
+  starts again with the BO's data, as there.
 
 A *generation* runs from a restart round (or round 0) to the round before the
 next restart; the history marks restart rounds (``restart``). A restart is each
@@ -31,11 +33,13 @@ explored as PBT does (PB2-Rand), where CASMO moves them by its acquisition
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
+from scipy import linalg
 from scipy.stats import norm, rankdata
 from threadpoolctl import threadpool_limits
 
@@ -45,7 +49,8 @@ from pbx.settings import check_choices
 from pbx.standings import rank_best_first
 from pbx.space import Space
 from pbx.strategies.bayes.acquisition import STEPS, Acquisition, Box, perturbed
-from pbx.strategies.base import Decision
+from pbx.strategies.base import Decision, Pending
+from pbx.strategies.bayes.gp import FALLBACK_NOISE, FitBounds, Fitted, Posterior, fit
 from pbx.strategies.bayes.observations import Intervals, intervals
 from pbx.strategies.pb2 import PB2, PB2Settings
 from pbx.strategies.selection import Truncation, nan_members
@@ -62,6 +67,23 @@ RESTART_PRIORS = ("initial", "space")
 """The values of :attr:`GenerationalSettings.restart_prior`."""
 LINEAGE_STARTS = ("before", "after")
 """The values of :attr:`GenerationalSettings.lineage_start`."""
+ACROSS_MEANS = ("learned", "lowest")
+"""The values of :attr:`GenerationalSettings.across_mean`."""
+INTERVAL_TIMES = ("end", "start")
+"""The values of :attr:`GenerationalSettings.interval_time`."""
+UCB_STDS = ("observed", "latent")
+"""The values of :attr:`GenerationalSettings.ucb_std`."""
+PENDING_AT = ("donor", "own")
+"""The values of :attr:`GenerationalSettings.pending_at`."""
+CUT_RULES = ("reference", "places")
+"""The values of :attr:`GenerationalSettings.cut_rule`."""
+TR_SUCCESSES = ("every", "explored")
+"""The values of :attr:`GenerationalSettings.tr_success`."""
+NOISE_CAP_MAX = 100.0
+"""The largest :attr:`GenerationalSettings.noise_cap`: a noise variance 100 times the targets' own says nothing more."""
+AUTHORS_START = (1.0, 1e-3)
+"""Where the IPBT authors' GP fit starts its kernel variance (``outputscale``) and its noise (``algo/bgpbt_utils.py``
+``train_gp``); a start outside the bounds the settings give moves to their geometric middle."""
 
 
 @dataclass
@@ -128,11 +150,56 @@ class GenerationalSettings(PB2Settings):
     ``first_explore: gp`` by a member that can score its state; the round's end and score where there is none);
     or ``after``, pbx's earlier, at the first round's end and score."""
 
+    signal_cap: float | None = 5.0
+    """Upper bound on every BG-PBT and IPBT GP's kernel variance (on the copula's normal scores): the IPBT authors'
+    5 (``algo/bgpbt_utils.py`` ``train_gp``, ``outputscale_constraint = Interval(0.5, 5.0)``); 2 was PB2's cap,
+    which these strategies inherited before; ``null`` leaves it free (and :attr:`signal_floor` unused)."""
+    signal_floor: float = 0.5
+    """Lower bound on the kernel variance, with :attr:`signal_cap`: the authors' 0.5 (PB2's 1e-4 before)."""
+    noise_floor: float = 1e-6
+    """Lower bound on every BG-PBT and IPBT GP's likelihood noise variance: the authors' 1e-6 (``train_gp``,
+    ``noise_constraint = Interval(1e-6, 0.1)``; PB2's 1e-4 before)."""
+    noise_cap: float = 0.1
+    """Upper bound on the noise variance: the authors' 0.1 (PB2's 10 before, on targets of variance near 1)."""
+    across_mean: str = "learned"
+    """The prior mean of the GP across generations (:meth:`~pbx.strategies.restart_bo.RestartBO.across_generations`):
+    ``learned``, the authors' (their meta GP is ``train_gp``'s, with ``gpytorch.means.ConstantMean``), a constant
+    fitted with the kernel; or ``lowest``, pbx's earlier, the lowest of its targets."""
+    interval_time: str = "end"
+    """Where the GP places each interval in time and where it asks for a donor's pick: ``end``, the authors'
+    (``update_bayesian_dataset`` stamps a round's row at ``t_cur + t_step``; ``explore`` asks at the donor's last
+    interval, its end and the score it started from, ``R_before``); or ``start``, pbx's earlier (PB2's), each
+    interval at its start and a donor asked at its latest steps and score."""
+    ucb_std: str = "observed"
+    """UCB's standard deviation: ``observed``, the authors' (``_lcb`` reads ``gp.likelihood(gp(x))``: the
+    likelihood noise added), or ``latent``, pbx's earlier (PB2's), the latent function's alone."""
+    pending_at: str = "donor"
+    """Where the pending points (the members that keep running, the round's earlier picks) sit while a pick is
+    searched: ``donor``, the authors' (``explore`` tiles the donor's ``R_before`` and time under every one of
+    ``current``), or ``own``, pbx's earlier (PB2's), each at its own member's point."""
+    cut_rule: str = "reference"
+    """Which candidates a larger round's cut keeps and where: ``reference``, the authors'
+    (``np.argsort(fitnesses)[-pop_size:]``, then the survivors in index order into places 0, 1, ...): ties to the
+    higher ids, as an ascending stable sort puts them last; or ``places``, pbx's earlier, ties to the lower ids and
+    each kept candidate below ``pop_size`` in its own place."""
+    tr_success: str = "every"
+    """What counts as a trust-region success (:meth:`Generational.trust_region`): ``every``, the IPBT authors'
+    (their ``update_bayesian_dataset`` tags every row ``'bo'``, so every round is one and ``L`` only grows, from a
+    generation's first round on), or ``explored``, the original BG-PBT's (``xingchenwan/bgpbt``: a member that
+    ran an explored config has the round's best score), BG-PBT's default."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choices(self, tr_search=TR_SEARCHES, tr_collapse=TR_COLLAPSES, exploit_rule=EXPLOIT_RULES,
                       first_explore=FIRST_EXPLORES, restart_prior=RESTART_PRIORS,
-                      lineage_start=LINEAGE_STARTS)
+                      lineage_start=LINEAGE_STARTS, across_mean=ACROSS_MEANS, interval_time=INTERVAL_TIMES,
+                      ucb_std=UCB_STDS, pending_at=PENDING_AT, cut_rule=CUT_RULES, tr_success=TR_SUCCESSES)
+        if self.signal_cap is not None and not 0 < self.signal_floor < self.signal_cap:
+            raise UsageError(f"signal_floor must be above 0 and below signal_cap ({self.signal_cap}), got "
+                             f"{self.signal_floor}")
+        if not 0 < self.noise_floor < self.noise_cap <= NOISE_CAP_MAX:
+            raise UsageError(f"the GP's noise bounds need 0 < noise_floor < noise_cap <= {NOISE_CAP_MAX:g} (the "
+                             f"targets' own variance is 1), got {self.noise_floor}, {self.noise_cap}")
         if not 0 < self.tr_min <= self.tr_init <= self.tr_max <= 1:
             raise UsageError(f"the trust region needs 0 < tr_min <= tr_init <= tr_max <= 1, got {self.tr_min}, "
                              f"{self.tr_init}, {self.tr_max}")
@@ -195,12 +262,23 @@ class Generational(PB2):
     def cut(self, latest: pd.DataFrame) -> dict[int, int]:
         """``{member: the latest round's member whose state it goes on from}``: each member as itself in a round
         of ``pop_size``; after a larger one (round 0, a restart's candidates) members ``0 .. pop_size - 1`` from
-        its best ``pop_size`` by score, each kept one in its own place when it has one below ``pop_size``, the
-        others in the free places."""
+        its best ``pop_size`` by score (:attr:`~GenerationalSettings.cut_rule`).
+
+        ``reference``: the authors' ``np.argsort(fitnesses)[-pop_size:]`` (``algo/ipbt.py`` and ``algo/bgpbt.py``
+        ``_schedule_all_populations``), tied candidates ordered as a stable ascending sort orders them, so the
+        higher ids go on; the survivors then fill places 0, 1, ... in id order. NumPy's default sort is not
+        stable (its AVX-512 sort, or its introsort past 16 items, orders ties by the machine and the array), so
+        the authors' ties have no order of their own: this is the one their sort gives without those. A NaN
+        ranks lowest (pbx's NaN policy; NumPy sorts it last, the best). ``places``: pbx's earlier cut, ties to
+        the lower ids, each kept candidate below ``pop_size`` in its own place, the others in the free places."""
         members = [int(m) for m in latest["member"]]
         if len(members) <= self.pop_size:
             return {m: m for m in members}
-        best = [members[i] for i in rank_best_first(latest["score"].to_numpy(float))[:self.pop_size]]
+        scores = latest["score"].to_numpy(float)
+        if self.settings.cut_rule == "reference":
+            order = np.argsort(np.where(np.isnan(scores), -np.inf, scores), kind="stable")
+            return dict(enumerate(sorted(members[int(i)] for i in order[len(order) - self.pop_size:])))
+        best = [members[i] for i in rank_best_first(scores)[:self.pop_size]]
         places = {m: m for m in best if m < self.pop_size}
         free = iter(sorted(set(range(self.pop_size)) - set(places)))
         places |= {next(free): m for m in sorted(m for m in best if m >= self.pop_size)}
@@ -263,8 +341,11 @@ class Generational(PB2):
     def all_intervals(self, history: History, space: Space) -> Intervals:
         """Every interval of the history but those of the candidates that a larger round's cut (round 0, a
         restart round) dropped, which have no descendants and the reference never records, and, unless
-        ``first_explore`` is ``gp``, those that start at a score taken before their round."""
+        ``first_explore`` is ``gp``, those that start at a score taken before their round; each stamped at its end
+        or start (:attr:`~GenerationalSettings.interval_time`)."""
         data = intervals(self.survivors(history), space, len(history.frame))
+        if self.settings.interval_time == "end":
+            data = replace(data, t=data.end)
         return data if self.scores_start() else data.where(~data.start_scored)
 
     def survivors(self, history: History) -> History:
@@ -279,6 +360,47 @@ class Generational(PB2):
 
     def targets(self, rates: np.ndarray) -> np.ndarray | None:
         return copula(rates)
+
+    def query_points(self, history: History, data: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """With ``interval_time: end``, the authors' (``explore``'s ``dfnewpoint``: the donor's row at the data's
+        latest time): each member's interval of the latest round, its end and the score it started from; a member
+        without one (its rate unusable) is asked nowhere, and explores as PBT does."""
+        if self.settings.interval_time == "start":
+            return super().query_points(history, data)
+        last = data.where(data.round == int(history.frame["round"].max()))
+        return last.member, last.t, last.reward
+
+    def pending_at(self, pending: Pending, donor: int) -> int:
+        return donor if self.settings.pending_at == "donor" else pending.start
+
+    def ucb_observed(self) -> bool:
+        return self.settings.ucb_std == "observed"
+
+    def fit_bounds(self) -> FitBounds:
+        """The bounds of every GP fit of this strategy (:attr:`~GenerationalSettings.signal_cap`, ...), started
+        where the authors' fit starts (:data:`AUTHORS_START`)."""
+        s = self.settings
+        signal = None if s.signal_cap is None else (s.signal_floor, float(s.signal_cap))
+        noise = (s.noise_floor, s.noise_cap)
+        start = [value if bounds is None or bounds[0] < value < bounds[1] else math.sqrt(bounds[0] * bounds[1])
+                 for value, bounds in zip(AUTHORS_START, (signal, noise))]
+        return FitBounds(signal, noise, (start[0], start[1]))
+
+    def fit_gp(self, X: np.ndarray, y: np.ndarray, learn_mean: bool = False) -> Fitted:
+        """A GP fit in :meth:`fit_bounds`, retried with :data:`~pbx.strategies.bayes.gp.FALLBACK_NOISE` held when
+        the free fit fails; raises what the retry raises."""
+        bounds = self.fit_bounds()
+        try:
+            return fit(X, y, bounds=bounds, learn_mean=learn_mean)
+        except (linalg.LinAlgError, FloatingPointError, ValueError):
+            return fit(X, y, fixed_noise=FALLBACK_NOISE, bounds=bounds, learn_mean=learn_mean)
+
+    def _posterior(self, X: np.ndarray, y: np.ndarray, n_cat: int) -> Posterior:
+        """PB2's, in :meth:`fit_bounds` (the categories are PB2-Rand's: ``n_cat`` is 0)."""
+        recent = slice(-self.settings.fit_rows, None)
+        fitted = self.fit_gp(X[recent], y[recent])
+        return Posterior(fitted.kernel, fitted.noise, X, y, float(np.min(y)) if self.settings.prior_mean == "lowest"
+                         else 0.0)
 
     def kappa(self, rows: int) -> float:
         return self.settings.ucb_kappa
@@ -301,19 +423,23 @@ class Generational(PB2):
         """The trust region's side after the rounds ``start < r < stop`` of a generation that begins at ``start``
         (all of them without ``stop``), and the rounds after which it collapsed.
 
-        Replayed round by round: a success each round in which a member whose config an explore chose has the
-        round's best score (the references' test: any such member tied with the best counts). A member that
-        skipped its round (:func:`pbx.history.skipped`) carries its donor's score beside a config that never
-        trained: not a success. With ``tr_collapse: restart`` a side at ``tr_min`` starts again at ``tr_init``
+        Replayed round by round (:attr:`~GenerationalSettings.tr_success`): with ``every`` (the IPBT authors'
+        code, whose rows are all tagged ``'bo'``) every round with a finite score is a success, ``start``
+        included, so the side only grows; with ``explored`` a success is a round in which a member whose config
+        an explore chose has the round's best score (the references' test: any such member tied with the best
+        counts). A member that skipped its round (:func:`pbx.history.skipped`) carries its donor's score beside a
+        config that never trained: not a success. With ``tr_collapse: restart`` a side at ``tr_min`` starts again at ``tr_init``
         (the original BG-PBT's ``adjust_tr_length(restart=True)``), and the BO's data with it
         (:meth:`bo_start`)."""
         s = self.settings
         trained = ~skipped(frame)
+        every = s.tr_success == "every"
         length, wins, losses, collapses = s.tr_init, 0, 0, []
-        rows_after = frame[(frame["round"] > start) & (frame["round"] < (np.inf if stop is None else stop))]
+        first = start if every else start + 1  # the authors' rows of a generation's first round are "bo" too
+        rows_after = frame[(frame["round"] >= first) & (frame["round"] < (np.inf if stop is None else stop))]
         for r, rows in rows_after.groupby("round", sort=True):
             scores = rows["score"].to_numpy(float)
-            explored = rows["explored"].to_numpy(bool) & trained.loc[rows.index].to_numpy(bool)
+            explored = every | (rows["explored"].to_numpy(bool) & trained.loc[rows.index].to_numpy(bool))
             won = bool(np.isfinite(scores).any() and (explored & (scores == np.nanmax(scores))).any())
             wins, losses = (wins + 1, 0) if won else (0, losses + 1)
             if wins >= s.succ_tol:

@@ -70,7 +70,7 @@ from pbx.history import History
 from pbx.settings import check_choices
 from pbx.space import Config, Space, shown
 from pbx.strategies.bayes.acquisition import Acquisition, Box, kappa, maximise, search_box
-from pbx.strategies.base import Decision, Explored, RoundContext
+from pbx.strategies.base import Decision, Explored, Pending, RoundContext
 from pbx.strategies.bayes.categorical import BANDITS, CAT_EXPS, EXP3_PLAYS, CategoryBandits, config_codes, fixed_values
 from pbx.strategies.bayes.gp import FALLBACK_NOISE, Posterior, Scale, fit_kernel, quiet, standardise
 from pbx.strategies.bayes.observations import Intervals, intervals
@@ -226,15 +226,23 @@ class PB2(PBT):
         elif mode == "fixed":
             categories = [fixed_values(space, self.settings.fixed_cat_val)] * recipients
         plan = RoundPlan({}, categories, info, category_rows)
+        points = self.query_points(history, data)
         if mode == "exp3_dep":
             for config in plan.categories:
                 key = _key(space, config)
                 if key not in plan.gps:
                     ran = np.all(data.cats == config_codes(space, config), axis=1)
-                    plan.gps[key] = self._fit(history, space, data.where(ran))
+                    plan.gps[key] = self._fit(space, data.where(ran), points)
         else:
-            plan.gps[()] = self._fit(history, space, data, mixed=mode == "cocabo")
+            plan.gps[()] = self._fit(space, data, points, mixed=mode == "cocabo")
         return plan
+
+    def query_points(self, history: History, data: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where each latest-round member, as a donor, is asked for its pick: ``(members, t, R)``, a NaN ``R`` where
+        it cannot be. PB2's: the member's latest steps and score, the start of the interval it would begin
+        (``data``: the round's observations, which :class:`~pbx.strategies.generations.Generational` reads)."""
+        latest = history.latest()
+        return latest["member"].to_numpy(int), latest["steps"].to_numpy(float), latest["score"].to_numpy(float)
 
     def observations(self, history: History, space: Space) -> Intervals:
         """The intervals the GP learns from: the most recent ``window`` of the history."""
@@ -252,6 +260,15 @@ class PB2(PBT):
         """Where a member's continuous values are searched (:func:`~pbx.strategies.bayes.acquisition.search_box`)."""
         return search_box(donor_unit, moved, category_rows)
 
+    def pending_at(self, pending: Pending, donor: int) -> int:
+        """The member at whose ``(t, R)`` a pending point sits while ``donor``'s pick is searched: PB2's, its own
+        start's (a running member's own, an earlier pick's donor's)."""
+        return pending.start
+
+    def ucb_observed(self) -> bool:
+        """Whether UCB's standard deviation is an observation's (the likelihood noise included): not PB2's."""
+        return False
+
     def search(self, acquisition: Acquisition, box: Box, donor_unit: np.ndarray, seeds: np.ndarray,
                rng: np.random.Generator) -> np.ndarray:
         """The pick in ``box``: :func:`~pbx.strategies.bayes.acquisition.maximise` from screened points and ``seeds``
@@ -265,9 +282,10 @@ class PB2(PBT):
                              f"rates: build it with RunConfig.build_strategy() or pass context=")
         return self.context.rounds, self.selection.recipients(self.context.pop_size)
 
-    def _fit(self, history: History, space: Space, data: Intervals, mixed: bool = False) -> RoundGP | None:
-        """Fit one GP on ``data`` (``mixed``: with the category columns and the CoCaBO kernel); None means
-        explore as PBT (too little data, or a failure)."""
+    def _fit(self, space: Space, data: Intervals, points: tuple[np.ndarray, np.ndarray, np.ndarray],
+             mixed: bool = False) -> RoundGP | None:
+        """Fit one GP on ``data`` (``mixed``: with the category columns and the CoCaBO kernel), asked at ``points``
+        (:meth:`query_points`); None means explore as PBT (too little data, or a failure)."""
         if not space.continuous or len(data.rate) < MIN_ROWS:
             return None
         y = self.targets(data.rate)
@@ -275,8 +293,7 @@ class PB2(PBT):
             logger.warning("PB2: all %d improvement rates are equal, the GP has nothing to learn; "
                            "exploring as PBT this round", len(data.rate))
             return None
-        latest = history.latest()
-        steps, scores = latest["steps"].to_numpy(float), latest["score"].to_numpy(float)
+        members, steps, scores = points
         t_scale = Scale.fit(np.concatenate([data.t, steps]))
         r_scale = Scale.fit(np.concatenate([data.reward, scores[np.isfinite(scores)]]))
         cats = data.cats if mixed else data.cats[:, :0]
@@ -288,7 +305,7 @@ class PB2(PBT):
             logger.warning("PB2: the GP failed even with jitter and fixed noise (%s); exploring as PBT this round", err)
             return None
         queries = {int(m): (float(t_scale(s)), float(r_scale(r)))
-                   for m, s, r in zip(latest["member"], steps, scores) if math.isfinite(r)}
+                   for m, s, r in zip(members, steps, scores) if math.isfinite(r)}
         return RoundGP(posterior, queries, self.kappa(len(y)))
 
     def _posterior(self, X: np.ndarray, y: np.ndarray, n_cat: int) -> Posterior:
@@ -329,19 +346,20 @@ class PB2(PBT):
                 return new, ops + more, fallback
         pending = round_.picks + (round_.running if self.settings.pending == "running" else [])
         # A pending point from a member without a score has no (t, R) to sit at: it cannot be placed.
-        pending = [p for p in pending if p.start in gp.queries]
+        pending = [p for p in pending if self.pending_at(p, donor) in gp.queries]
         if mode == "exp3_dep":  # the GP models this category alone: only its configs are pending in it
             pending = [p for p in pending if _key(space, p.config) == _key(space, new)]
         cats = mode == "cocabo"
-        points = np.array([[*gp.queries[p.start], *_cat_codes(space, p.config, cats), *space.to_unit(p.config)]
-                           for p in pending])
+        points = np.array([[*gp.queries[self.pending_at(p, donor)], *_cat_codes(space, p.config, cats),
+                            *space.to_unit(p.config)] for p in pending])
         query = (*gp.queries[donor], *_cat_codes(space, new, cats))
         d = len(space.continuous)
         donor_unit = space.to_unit(donor_config)
         seeds = np.vstack([donor_unit[None, :], *(space.to_unit(p.config)[None, :] for p in round_.running)])
         try:
             with quiet():
-                acquisition = Acquisition(gp.posterior, query, points.reshape(len(pending), len(query) + d), gp.kappa)
+                acquisition = Acquisition(gp.posterior, query, points.reshape(len(pending), len(query) + d), gp.kappa,
+                                          observed=self.ucb_observed())
                 box = self.region(donor_unit, _key(space, new) != _key(space, donor_config),
                                   plan.category_rows.get(_key(space, new), 0), round_.history)
                 best = self.search(acquisition, box, donor_unit, seeds, rng)

@@ -29,7 +29,7 @@ from pbx.history import History
 from pbx.standings import rank_best_first
 from pbx.space import Config, Space
 from pbx.strategies.bayes.acquisition import Acquisition
-from pbx.strategies.bayes.gp import FALLBACK_NOISE, Posterior, Scale, fit_kernel, quiet
+from pbx.strategies.bayes.gp import Posterior, Scale, quiet
 from pbx.strategies.generations import Generational, copula
 from pbx.strategies.pb2 import MIN_ROWS
 from pbx.strategies.pbt import perturb
@@ -89,7 +89,7 @@ class RestartBO(Generational):
         centre_config, centre_score = centre
         query = (float(history.latest()["steps"].max()), centre_score)
         picks: list[Config] = []
-        fitted = self._fit_across(points, query) if space.continuous else None
+        fitted = self.fit_across(points, query) if space.continuous else None
         for _ in range(count):
             new, _ = perturb(centre_config, space, rng, 0.0, names=space.categorical)
             if fitted is None:
@@ -98,7 +98,7 @@ class RestartBO(Generational):
                 posterior, scaled = fitted
                 pending = np.array([[*scaled, *space.to_unit(c)] for c in [*taken, *picks]])
                 acquisition = Acquisition(posterior, scaled, pending.reshape(len(pending), 2 + len(space.continuous)),
-                                          self.settings.ucb_kappa)
+                                          self.settings.ucb_kappa, observed=self.ucb_observed())
                 unit = space.to_unit(centre_config)
                 half = self.settings.tr_init / 2
                 box = (np.clip(unit - half, 0.0, 1.0), np.clip(unit + half, 0.0, 1.0))
@@ -178,11 +178,8 @@ class RestartBO(Generational):
                 X_aux = np.column_stack([np.zeros((len(inputs), 2)), np.array(inputs)])
                 y_aux = np.array(targets)
                 centre = float(np.mean(y_aux))
-                try:
-                    kernel, noise = fit_kernel(X_aux, y_aux - centre)
-                except (linalg.LinAlgError, FloatingPointError, ValueError):
-                    kernel, noise = fit_kernel(X_aux, y_aux - centre, fixed_noise=FALLBACK_NOISE)
-                return Posterior(kernel, noise, X_aux, y_aux, centre)
+                fitted = self.fit_gp(X_aux, y_aux - centre)
+                return Posterior(fitted.kernel, fitted.noise, X_aux, y_aux, centre)
         except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
             logger.warning("%s: the global restart's GPs failed (%s); drawing from the prior", self.name, err)
             return None
@@ -254,9 +251,13 @@ class RestartBO(Generational):
         row = latest.iloc[rank_best_first(latest["score"].to_numpy(float))[0]]
         return history.config_of(row), float(row["score"])
 
-    def _fit_across(self, points: list[tuple[float, float, np.ndarray, float]],
-                    query: tuple[float, float]) -> tuple[Posterior, tuple[float, float]] | None:
-        """The GP across generations and the scaled query point, or None (too few points, all equal, a failure)."""
+    def fit_across(self, points: list[tuple[float, float, np.ndarray, float]],
+                   query: tuple[float, float]) -> tuple[Posterior, tuple[float, float]] | None:
+        """The GP across generations and the scaled query point, or None (too few points, all equal, a failure).
+
+        Its prior mean is :attr:`~pbx.strategies.generations.GenerationalSettings.across_mean`'s: a constant fitted
+        with the kernel, as the authors' meta GP (``algo/bgpbt_utils.py`` ``GP``: ``gpytorch.means.ConstantMean``),
+        or the lowest target."""
         points = points[-self.settings.window:]
         if len(points) < MIN_ROWS:
             return None
@@ -269,7 +270,9 @@ class RestartBO(Generational):
         X = np.column_stack([t_scale(t), r_scale(r), np.array([p[2] for p in points])])
         try:
             with quiet():
-                posterior = Posterior(*fit_kernel(X, y), X, y, float(np.min(y)))
+                learned = self.settings.across_mean == "learned"
+                fitted = self.fit_gp(X, y, learn_mean=learned)
+                posterior = Posterior(fitted.kernel, fitted.noise, X, y, fitted.mean if learned else float(np.min(y)))
         except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
             logger.warning("%s: the GP across generations failed (%s); drawing from the prior", self.name, err)
             return None

@@ -100,10 +100,24 @@ ARMS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "space-prior": (("BGPBT", "IPBT"), {"restart_prior": "space"}),
     "latest-centre": (("IPBT",), {"restart_centre": "latest"}),
     "lineage-after": (("IPBT",), {"lineage_start": "after"}),
+    "signal-cap-2": (("BGPBT", "IPBT"), {"signal_cap": "2", "signal_floor": "0.0001"}),
+    "wide-noise": (("BGPBT", "IPBT"), {"noise_floor": "0.0001", "noise_cap": "10"}),
+    "lowest-across": (("IPBT",), {"across_mean": "lowest"}),
+    "start-time": (("BGPBT", "IPBT"), {"interval_time": "start"}),
+    "latent-std": (("BGPBT", "IPBT"), {"ucb_std": "latent"}),
+    "own-pending": (("BGPBT", "IPBT"), {"pending_at": "own"}),
+    "places-cut": (("BGPBT", "IPBT"), {"cut_rule": "places"}),
+    "tr-explored": (("IPBT",), {"tr_success": "explored"}),
+    "earlier-gp": (("BGPBT", "IPBT"), {"signal_cap": "2", "signal_floor": "0.0001", "noise_floor": "0.0001",
+                                       "noise_cap": "10", "across_mean": "lowest", "interval_time": "start",
+                                       "ucb_std": "latent", "pending_at": "own", "cut_rule": "places",
+                                       "tr_success": "explored"}),
 }
 """An ablation arm: the algorithms it applies to and the one setting that switches a kept departure on (pbx's
-choice where it departs from the authors' code, docs/algorithms.md). ``optimizer_state: clear`` is not an arm: the
-toys have no optimizer state, so it changes nothing on them."""
+choice where it departs from the authors' code, docs/algorithms.md); ``earlier-gp`` switches on together pbx's earlier
+choices for the eight that the authors' code now decides (the GP's bounds, its time stamps and query, UCB's std, the
+pending points, the mean across generations, the cut's ties, the trust region's count). ``optimizer_state: clear`` is not an arm: the toys have no optimizer
+state, so it changes nothing on them."""
 
 
 @dataclass(frozen=True)

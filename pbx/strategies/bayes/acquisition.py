@@ -59,9 +59,13 @@ class Acquisition:
     solves with the window's Cholesky factor.
     """
 
-    def __init__(self, posterior: Posterior, query: tuple[float, ...], pending: np.ndarray, kappa: float) -> None:
-        """``pending``: (k, q + d) rows of (scaled t, scaled R_before[, category codes], unit hyperparameters)."""
+    def __init__(self, posterior: Posterior, query: tuple[float, ...], pending: np.ndarray, kappa: float,
+                 observed: bool = False) -> None:
+        """``pending``: (k, q + d) rows of (scaled t, scaled R_before[, category codes], unit hyperparameters).
+        ``observed``: the standard deviation of an observation, the likelihood noise added to the latent
+        variance (the IPBT authors' LCB on ``likelihood(gp(x))``), rather than of the latent ``f``."""
         kernel, X = posterior.kernel, posterior.X
+        self.extra_var = posterior.noise if observed else 0.0
         fixed = np.asarray(query, dtype=float)
         q = len(fixed)
         P = np.asarray(pending, dtype=float).reshape(len(pending), X.shape[1])  # (k, D)
@@ -85,7 +89,7 @@ class Acquisition:
         k_zp = self.offset_p + se_zp
         c = k_zp - v_zx @ self.v_xp  # data-posterior covariance with the pending points
         b = c @ self.cov_inv
-        var = self.prior_var - np.sum(v_zx * v_zx, 1) - np.sum(b * c, 1)
+        var = self.prior_var + self.extra_var - np.sum(v_zx * v_zx, 1) - np.sum(b * c, 1)
         std = np.sqrt(np.maximum(var, VAR_FLOOR))
         ucb = post.prior_mean + k_zx @ post.alpha + self.kappa * std
         if not gradient:

@@ -18,7 +18,7 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 import numpy as np
 from scipy import linalg
@@ -35,7 +35,10 @@ SIGNAL_INIT, NOISE_INIT, NOISE_BOUNDS = 0.5, 0.5, (1e-4, 10.0)
 """Kernel variance and likelihood noise on the standardised (unit-variance) targets: both start
 at half, and the noise stays above a floor that keeps the window's kernel matrix well conditioned."""
 SIGNAL_FLOOR = 1e-4
-"""Lower bound of a capped kernel variance (:func:`fit_kernel`'s ``signal_cap``)."""
+"""Lower bound of PB2's capped kernel variance (:func:`fit_kernel`'s ``signal_cap``)."""
+SIGNAL_FREE = 1e6
+"""A cap on the kernel variance at or above this leaves it free: no fit on unit-variance targets gets there, and
+GPy's bounded transform between a floor and a cap of 1e300 sends the variance to 1e169 in its first step."""
 FALLBACK_NOISE = 0.1
 """Fixed noise of the second fit attempt, after the free fit failed: large jitter, never singular."""
 FIT_ITERS, FIT_FACTR = 30, 1e10
@@ -101,32 +104,73 @@ def make_kernel(X: np.ndarray, n_cat: int) -> Kernel:
     return TimeVaryingSE(X.shape[1], variance=SIGNAL_INIT)
 
 
+@dataclass(frozen=True)
+class FitBounds:
+    """Where the marginal-likelihood fit keeps the kernel's variance and the likelihood noise, and where it starts
+    them, on the standardised (unit-variance) targets."""
+
+    signal: tuple[float, float] | None = None
+    """Bounds of the kernel's variances (each part's, for the mixed kernel); None leaves them free, as GPy, the PB2
+    authors' code and Ray Tune do."""
+    noise: tuple[float, float] = NOISE_BOUNDS
+    start: tuple[float, float] | None = None
+    """The kernel variance and the noise the fit starts from; None: the kernel's own start (:func:`make_kernel`)
+    and :data:`NOISE_INIT`."""
+
+
+class Fitted(NamedTuple):
+    """A fitted kernel, its likelihood noise variance and the constant mean the fit learned (0 when none was)."""
+
+    kernel: Kernel
+    noise: float
+    mean: float
+
+
 def fit_kernel(X: np.ndarray, y: np.ndarray, fixed_noise: float | None = None, n_cat: int = 0,
                signal_cap: float | None = None) -> tuple[Kernel, float]:
+    """PB2's marginal-likelihood fit (:func:`fit` in PB2's bounds): the kernel and the noise variance.
+
+    ``signal_cap``: upper bound on the kernel's variances (above :data:`SIGNAL_FLOOR`); None leaves them free.
+    """
+    bounds = FitBounds(signal=None if signal_cap is None else (SIGNAL_FLOOR, signal_cap))
+    fitted = fit(X, y, fixed_noise, n_cat, bounds)
+    return fitted.kernel, fitted.noise
+
+
+def fit(X: np.ndarray, y: np.ndarray, fixed_noise: float | None = None, n_cat: int = 0,
+        bounds: FitBounds = FitBounds(), learn_mean: bool = False) -> Fitted:
     """Marginal-likelihood fit from a fixed start (no random restarts: decisions must replay).
 
     ``n_cat``: category columns after ``(t, R_before)`` (the mixed kernel), 0 for none.
-    ``signal_cap``: upper bound on the kernel's variances (each part's, for the mixed
-    kernel); None leaves them free, as GPy, the PB2 authors' code and Ray Tune do.
-    Returns the fitted kernel and the likelihood noise variance. Raises
-    ``LinAlgError`` or ``FloatingPointError`` when the fit fails or ends non-finite.
+    ``fixed_noise``: the noise variance, held (the retry after a failed free fit).
+    ``learn_mean``: fit a constant mean with the kernel (GPy's ``Constant`` mapping, as GPyTorch's
+    ``ConstantMean``); otherwise the targets' prior mean is 0. Raises ``LinAlgError`` or
+    ``FloatingPointError`` when the fit fails or ends non-finite.
     """
     import GPy
 
     kernel = make_kernel(X, n_cat)
-    model = GPy.models.GPRegression(X, y[:, None], kernel, noise_var=fixed_noise or NOISE_INIT)
+    noise_start = NOISE_INIT
+    if bounds.start is not None:
+        signal_start, noise_start = bounds.start
+        for variance in kernel.signal_variances:
+            variance[:] = signal_start
+    mean = GPy.mappings.Constant(X.shape[1], 1, 0.0) if learn_mean else None
+    model = GPy.models.GPRegression(X, y[:, None], kernel, noise_var=fixed_noise or noise_start, mean_function=mean)
     if fixed_noise is None:
-        model.Gaussian_noise.variance.constrain_bounded(*NOISE_BOUNDS, warning=False)
+        model.Gaussian_noise.variance.constrain_bounded(*bounds.noise, warning=False)
     else:
         model.Gaussian_noise.variance.fix(warning=False)
-    if signal_cap is not None:
+    if bounds.signal is not None and bounds.signal[1] < SIGNAL_FREE:
         for variance in kernel.signal_variances:
-            variance.constrain_bounded(SIGNAL_FLOOR, signal_cap, warning=False)
+            variance.constrain_bounded(*bounds.signal, warning=False)
     model.optimize("lbfgsb", max_iters=FIT_ITERS, bfgs_factor=FIT_FACTR)
     noise = float(model.Gaussian_noise.variance.values[0])
-    if not (np.all(np.isfinite(kernel.param_array)) and math.isfinite(noise) and math.isfinite(model.log_likelihood())):
+    constant = float(mean.C.values[0]) if mean is not None else 0.0
+    if not (np.all(np.isfinite(kernel.param_array)) and math.isfinite(noise) and math.isfinite(constant)
+            and math.isfinite(model.log_likelihood())):
         raise FloatingPointError(f"GP fit ended at non-finite values {kernel.param_array}, noise {noise}")
-    return kernel, noise
+    return Fitted(kernel, noise, constant)
 
 
 def cholesky(A: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ into these rows; :class:`Intervals` holds them for the GP fit and EXP3's replay
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,8 @@ class Intervals:
     """Training intervals with a fixed config, oldest first: the GP's data before scaling."""
 
     t: np.ndarray
-    """(n,) cumulative steps at the interval's start."""
+    """(n,) the interval's time stamp: the cumulative steps at its start (:func:`intervals`; BG-PBT and IPBT may
+    stamp it at its end instead, :attr:`end`)."""
     reward: np.ndarray
     """(n,) score at the interval's start (``R_before``)."""
     unit: np.ndarray
@@ -43,11 +44,14 @@ class Intervals:
     start_scored: np.ndarray
     """(n,) whether the interval starts at its own row's ``start_score`` (a score taken before the round trained)
     rather than at its parent's score of the round before."""
+    end: np.ndarray
+    """(n,) cumulative steps at the interval's end (its row's ``steps``)."""
+    member: np.ndarray
+    """(n,) the member whose row the interval is."""
 
     def where(self, keep: np.ndarray) -> Intervals:
         """The intervals ``keep`` (a boolean mask) selects."""
-        return Intervals(self.t[keep], self.reward[keep], self.unit[keep], self.rate[keep], self.round[keep],
-                         self.cats[keep], self.explored[keep], self.start_scored[keep])
+        return Intervals(*(getattr(self, f.name)[keep] for f in fields(self)))
 
 
 def intervals(history: History, space: Space, window: int) -> Intervals:
@@ -79,7 +83,7 @@ def intervals(history: History, space: Space, window: int) -> Intervals:
     return Intervals(rows["t"].to_numpy(float)[usable], rows["before"].to_numpy(float)[usable],
                      unit[usable], rate[usable], rows["round"].to_numpy(int)[usable],
                      codes(space, rows, len(rows))[usable], rows["explored"].to_numpy(bool)[usable],
-                     scored[usable])
+                     scored[usable], rows["steps"].to_numpy(float)[usable], rows["member"].to_numpy(int)[usable])
 
 
 def unit_columns(rows: pd.DataFrame, space: Space) -> np.ndarray:
