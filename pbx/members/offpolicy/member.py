@@ -120,10 +120,6 @@ class OffPolicyMember(SB3Member):
 
     settings: OffPolicySettings
 
-    stops_inside = False
-    """A replay store keeps the segments of its two newest saves (:mod:`~pbx.members.offpolicy.replay_store`); a
-    save inside a round would be a third, and a kill after it could leave the last finished round's checkpoint
-    without its segments. An off-policy member trains its round whole; a stop takes effect after it."""
     model: OffPolicyRun
     chunk = "train_freq"
     live = ("gamma", "tau", "batch_size", "gradient_steps")
@@ -167,7 +163,8 @@ class OffPolicyMember(SB3Member):
 
     def _save_beside(self, path: Path) -> dict[str, Any]:
         buffer = self.model.replay_buffer
-        return {"replay": whole(buffer) if self._store is None else self._store.save(path)}
+        inside = self._round is not None  # a save inside the round in progress (a stop, a periodic save)
+        return {"replay": whole(buffer) if self._store is None else self._store.save(path, inside)}
 
     def _checkpoint(self) -> dict[str, Any]:
         return {**super()._checkpoint(), "last_original_obs": self.model._last_original_obs,
