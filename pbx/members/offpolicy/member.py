@@ -15,9 +15,12 @@ has no experience of its own, and takes the donor's buffer whatever ``copy_buffe
 Counting is the member's own, across rounds and resumes: SB3's ``learn`` compares
 ``learning_starts`` with ``num_timesteps``, which a member carries on (and restores), and
 collects ``train_freq`` steps per env between updates, which a round trains whole (the
-chunk of :meth:`~pbx.members.sb3.member.SB3Member.steps_trained`). A checkpoint holds the replay
-buffer (:mod:`pbx.members.offpolicy.replay_store`), the envs' last raw observations the buffer's next
-row starts from, and the action space's generator (the warm-up's random actions).
+chunk of :meth:`~pbx.members.sb3.member.SB3Member.steps_trained`). A stop inside a round
+(:mod:`pbx.runners.stopping`) comes between two such collections, after the update, as SB3's
+``collect_rollouts`` begins (:class:`~pbx.members.sb3.episodes.Boundary`). A checkpoint, at a round's end
+or inside it, holds the replay buffer (:mod:`pbx.members.offpolicy.replay_store`), the envs' last raw
+observations the buffer's next row starts from, and the action space's generator (the warm-up's random
+actions).
 
 A diverged member (:class:`~pbx.members.base.Diverged`) rolls back its learner only; its replay buffer and
 envs stay as the round left them, because nothing non-finite ever enters them: an action that is not a
