@@ -22,16 +22,16 @@ from pbx.members.base import MemberContext
 from pbx.members.offpolicy.replay_store import rows
 from pbx.members.offpolicy.sac import SACMember, SACSettings
 from pbx.run_dir import RunDir
-from pbx.runners.start import launch, new_run, resumed_run
-from pbx.runners.stopping import STOPPED_EXIT, RunStopped
+from pbx.runners.start import launch, new_run
+from pbx.runners.stopping import STOPPED_EXIT
 
 from conftest import ROOT, built_once
-from test_stops import StopAt, assert_same_run, train, wait_for
+from test_stops import assert_same_run, stopped_every, train, wait_for
 
 # Two members under PBT, 2 or 3 rounds, a buffer the run wraps: Pendulum's episodes last 200 steps, so rounds of 400
 # score two each (members are ranked and copied); SAC collects 16 steps between updates. DQN on CartPole: rounds
 # of 160, 16 steps a collection. copy_buffer: an exploit copies the donor's buffer, written whole into each save.
-MEMBER = {"buffer_size": 500, "learning_starts": 64, "net_arch": [16, 16], "train_freq": 16, "eval_episodes": 1}
+MEMBER = {"buffer_size": 300, "learning_starts": 64, "net_arch": [16, 16], "train_freq": 16, "eval_episodes": 1}
 RUNS: dict[str, dict[str, Any]] = {
     "sac": {"run": {"env": "Pendulum-v1", "algo": "sac", "t_ready": 400, "max_budget": 800},
             "member": {**MEMBER, "batch_size": 32}},
@@ -57,21 +57,13 @@ def whole_run(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
 @pytest.mark.parametrize("name", list(RUNS))
 def test_stopped_every_few_collections_resumes_to_the_uninterrupted_run(name: str, tmp_path: Path,
                                                                         tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Stopped at every ninth collection boundary of the process (inside rounds, between members, at a round's
-    first collection), resumed each time: the history and curves are the uninterrupted run's, exploits included."""
+    """Stopped at every ninth collection boundary of the process and resumed each time: the history and curves are
+    the uninterrupted run's, exploits included."""
     whole = whole_run(tmp_path_factory, name)
     folder = tmp_path / "stopped"
-    setup = lambda comm: new_run([layer(name)], run_dir=folder)
-    stops = inside = 0
-    while True:
-        try:
-            launch(setup, clock=StopAt(9))
-            break
-        except RunStopped as err:
-            stops += 1
-            inside += "saved inside it" in str(err)
-        setup = lambda comm: resumed_run(folder)
-    assert inside >= 5, f"{stops} stops, {inside} inside a round"
+    stops: list[str] = []
+    stopped_every(9, layer(name), folder, lambda err: stops.append(str(err)))
+    assert sum("saved inside it" in stop for stop in stops) >= 5, stops
     assert_same_run(folder, whole)
     history = read_csv(folder / "history.csv")
     assert (history["parent"] != history["member"]).any(), "the run should copy a donor"
@@ -121,6 +113,8 @@ def test_a_sac_run_killed_after_a_periodic_save_then_stopped_by_sigterm_inside_a
 
 def test_a_dqn_run_stopped_by_sigterm_inside_a_round_resumes_exactly(
         tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """SIGTERM once a member has saved inside round 1 (periodic saves at every collection); a resume ends with the
+    uninterrupted run's history and curves."""
     whole = whole_run(tmp_path_factory, "dqn")
     folder = tmp_path / "run"
     sigterm_inside(train(*run_args("dqn"), "-m", "checkpoint_minutes=1e-9", "--run-dir", str(folder)), folder, 1)
