@@ -84,6 +84,7 @@ def offpolicy_save_cost(folder: Path, rows: int) -> None:
     print(f"off-policy save: SAC on {env}, a buffer of {rows:,} rows", flush=True)
     for copy_buffer in (False, True):
         cfg = resolve([{"run": {"env": env, "algo": "sac", "search": "none", "pop_size": 1, "device": "cpu"},
+                        # the buffer is full: it learns from the first step
                         "member": {"buffer_size": rows, "copy_buffer": copy_buffer, "learning_starts": 0}}])
         member = cfg.member_cls(MemberContext(env=env, index=0, seed=0, device="cpu"), cfg.member, {})
         run = folder / f"copy_buffer={copy_buffer}"
@@ -98,7 +99,7 @@ def offpolicy_save_cost(folder: Path, rows: int) -> None:
 
         def stop() -> bool:
             calls[0] += 1
-            return calls[0] > stretch // cfg.member.train_freq  # the buffer is full: it learns from the start
+            return calls[0] > stretch // cfg.member.train_freq
 
         began = time.perf_counter()
         try:
@@ -106,7 +107,7 @@ def offpolicy_save_cost(folder: Path, rows: int) -> None:
         except Stopped:
             pass
         speed = member.steps / (time.perf_counter() - began)
-        between = min(int(speed * 60 * cfg.run.checkpoint_minutes), cfg.run.t_ready)
+        between = min(int(speed * 60 * cfg.run.checkpoint_minutes), cfg.run.t_ready)  # rows a periodic save adds
         times, written = [], []
         for _ in range(3):
             _fill(member, between, rng)
@@ -117,12 +118,12 @@ def offpolicy_save_cost(folder: Path, rows: int) -> None:
             written.append(sum(f.stat().st_size for f in run.iterdir()
                                if f.name not in before or f.name == "member_0.r1.part.ckpt") / 1e6)
         part = (run / "member_0.r1.part.ckpt").stat().st_size / 1e6
+        every = cfg.run.checkpoint_minutes
         print(f"    copy_buffer {copy_buffer}: round's end save {end_s:.2f} s; trained {member.steps:,} steps at "
-              f"{speed:,.0f} steps/s, so {cfg.run.checkpoint_minutes:g} min add {between:,} rows; a mid-round save "
-              f"{np.median(times):.2f} s (min {min(times):.2f}, max {max(times):.2f}), writing {np.median(written):.1f} "
-              f"MB (the part checkpoint {part:.1f} MB); the member's files {_files_mb(run):.0f} MB; every "
-              f"{cfg.run.checkpoint_minutes:g} min it costs {100 * np.median(times) / (60 * cfg.run.checkpoint_minutes):.3f}% "
-              f"of the time", flush=True)
+              f"{speed:,.0f} steps/s, so {every:g} min add {between:,} rows; a mid-round save {np.median(times):.2f} s "
+              f"(min {min(times):.2f}, max {max(times):.2f}), writing {np.median(written):.1f} MB (the part "
+              f"checkpoint {part:.1f} MB); the member's files {_files_mb(run):.0f} MB; every {every:g} min it costs "
+              f"{100 * np.median(times) / (60 * every):.3f}% of the time", flush=True)
         member.close()
 
 

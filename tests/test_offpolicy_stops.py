@@ -55,8 +55,8 @@ def whole_run(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
 
 
 @pytest.mark.parametrize("name", list(RUNS))
-def test_stopped_every_few_collections_resumes_to_the_uninterrupted_run(name: str, tmp_path: Path,
-                                                                        tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_stopped_every_few_collections_resumes_to_the_uninterrupted_run(
+        name: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Stopped at every ninth collection boundary of the process and resumed each time: the history and curves are
     the uninterrupted run's, exploits included."""
     whole = whole_run(tmp_path_factory, name)
