@@ -30,7 +30,8 @@ from test_stops import assert_same_run, stopped_every, train, wait_for
 
 # Two members under PBT, 2 or 3 rounds, a buffer the run wraps: Pendulum's episodes last 200 steps, so rounds of 400
 # score two each (members are ranked and copied); SAC collects 16 steps between updates. DQN on CartPole: rounds
-# of 160, 16 steps a collection. copy_buffer: an exploit copies the donor's buffer, written whole into each save.
+# of 160, 16 steps a collection. copy_buffer: an exploit copies the donor's buffer, written whole into each save;
+# optimize_memory_usage (DQN's Atari row): a row's next observation is the next row's, none in the segments.
 MEMBER = {"buffer_size": 300, "learning_starts": 64, "net_arch": [16, 16], "train_freq": 16, "eval_episodes": 1}
 RUNS: dict[str, dict[str, Any]] = {
     "sac": {"run": {"env": "Pendulum-v1", "algo": "sac", "t_ready": 400, "max_budget": 800},
@@ -39,6 +40,9 @@ RUNS: dict[str, dict[str, Any]] = {
                         "member": {**MEMBER, "batch_size": 32, "copy_buffer": True}},
     "dqn": {"run": {"env": "CartPole-v1", "algo": "dqn", "t_ready": 160, "max_budget": 480},
             "member": {**MEMBER, "gradient_steps": 4, "schedule_timesteps": 480}},
+    "dqn-optimize_memory_usage": {"run": {"env": "CartPole-v1", "algo": "dqn", "t_ready": 160, "max_budget": 480},
+                                  "member": {**MEMBER, "gradient_steps": 4, "schedule_timesteps": 480,
+                                             "optimize_memory_usage": True}},
 }
 
 
