@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -103,10 +103,10 @@ def test_a_td3_run_whose_member_diverges_trains_it_normally_again(tmp_path: Path
     each holds a whole one whatever the envs' phase)."""
     train = TD3Member.train
 
-    def forced(self: TD3Member, steps: int) -> float:
+    def forced(self: TD3Member, steps: int, stop: Callable[[], bool] | None = None) -> float:
         if self.context.index == 1 and self.steps == 400:
             _poison_actor_at_next_update(self)
-        return train(self, steps)
+        return train(self, steps, stop)
 
     monkeypatch.setattr(TD3Member, "train", forced)
     run_dir = tmp_path / "run"

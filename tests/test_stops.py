@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pandas as pd
 import pytest
@@ -67,24 +68,33 @@ class StopAt(StopClock):
         return super().due()
 
 
+def stopped_every(at: int, layer: dict[str, Any], folder: Path, each: Callable[[RunStopped], None]) -> int:
+    """The run of ``layer`` in ``folder`` stopped at every ``at``-th rollout boundary of its process and resumed
+    after each stop (``each`` sees the stop) until it ends; how many stops it took."""
+    setup = lambda comm: new_run([layer], run_dir=folder)
+    stops = 0
+    while True:
+        try:
+            launch(setup, clock=StopAt(at))
+            return stops
+        except RunStopped as err:
+            stops += 1
+            each(err)
+        setup = lambda comm: resumed_run(folder)
+
+
 def test_stopped_inside_every_few_rollouts_resumes_to_the_uninterrupted_run(whole: Path, tmp_path: Path,
                                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """Stopped at every third rollout boundary of each process (so inside rounds, between members and at a
     round's first rollout), resumed each time: the history and curves are the uninterrupted run's."""
     folder = tmp_path / "stopped"
-    setup = lambda comm: new_run([LAYER], run_dir=folder)
-    stops = 0
-    while True:
-        try:
-            launch(setup, clock=StopAt(3))
-            break
-        except RunStopped as err:
-            stops += 1
-            assert f"continue with --resume {folder}" in str(err)
-            parts = list((folder / "checkpoints").glob("*.part.ckpt"))
-            assert parts or "not begun" in str(err) or "through it" in str(err), err
-        setup = lambda comm: resumed_run(folder)
-    assert stops >= 8
+
+    def each(err: RunStopped) -> None:
+        assert f"continue with --resume {folder}" in str(err)
+        parts = list((folder / "checkpoints").glob("*.part.ckpt"))
+        assert parts or "not begun" in str(err) or "through it" in str(err), err
+
+    assert stopped_every(3, LAYER, folder, each) >= 8
     assert_same_run(folder, whole)
     assert not list((folder / "checkpoints").glob("*.part.*")) and not list((folder / "checkpoints").glob("*.done.*"))
 

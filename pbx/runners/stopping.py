@@ -1,7 +1,8 @@
 """When a run stops inside a round: a signal, a wall-clock limit, or a periodic save that bounds what a kill loses.
 
 A round of ProcGen PB2 is minutes of a GPU; a cluster job's time limit or a preemption ends it anywhere. So a run
-stops at the next *rollout boundary* of the member training (never inside an update), saves what a resume needs
+stops at the next *rollout boundary* of the member training (never inside an update; an off-policy agent's is
+between two collections of ``train_freq`` steps), saves what a resume needs
 to continue that very round (:mod:`pbx.runners.partial`), and exits with :data:`STOPPED_EXIT`:
 
 - a signal: SIGTERM (a scheduler's end of job), SIGINT (Ctrl-C) or SIGUSR1 (Slurm's ``--signal=USR1@120``

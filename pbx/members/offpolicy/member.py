@@ -15,9 +15,12 @@ has no experience of its own, and takes the donor's buffer whatever ``copy_buffe
 Counting is the member's own, across rounds and resumes: SB3's ``learn`` compares
 ``learning_starts`` with ``num_timesteps``, which a member carries on (and restores), and
 collects ``train_freq`` steps per env between updates, which a round trains whole (the
-chunk of :meth:`~pbx.members.sb3.member.SB3Member.steps_trained`). A checkpoint holds the replay
-buffer (:mod:`pbx.members.offpolicy.replay_store`), the envs' last raw observations the buffer's next
-row starts from, and the action space's generator (the warm-up's random actions).
+chunk of :meth:`~pbx.members.sb3.member.SB3Member.steps_trained`). A stop inside a round
+(:mod:`pbx.runners.stopping`) comes between two such collections, after the update, as SB3's
+``collect_rollouts`` begins (:class:`~pbx.members.sb3.episodes.Boundary`). A checkpoint, at a round's end
+or inside it, holds the replay buffer (:mod:`pbx.members.offpolicy.replay_store`), the envs' last raw
+observations the buffer's next row starts from, and the action space's generator (the warm-up's random
+actions).
 
 A diverged member (:class:`~pbx.members.base.Diverged`) rolls back its learner only; its replay buffer and
 envs stay as the round left them, because nothing non-finite ever enters them: an action that is not a
@@ -120,10 +123,6 @@ class OffPolicyMember(SB3Member):
 
     settings: OffPolicySettings
 
-    stops_inside = False
-    """A replay store keeps the segments of its two newest saves (:mod:`~pbx.members.offpolicy.replay_store`); a
-    save inside a round would be a third, and a kill after it could leave the last finished round's checkpoint
-    without its segments. An off-policy member trains its round whole; a stop takes effect after it."""
     model: OffPolicyRun
     chunk = "train_freq"
     live = ("gamma", "tau", "batch_size", "gradient_steps")
@@ -167,7 +166,8 @@ class OffPolicyMember(SB3Member):
 
     def _save_beside(self, path: Path) -> dict[str, Any]:
         buffer = self.model.replay_buffer
-        return {"replay": whole(buffer) if self._store is None else self._store.save(path)}
+        inside = self._round is not None  # a save inside the round in progress (a stop, a periodic save)
+        return {"replay": whole(buffer) if self._store is None else self._store.save(path, inside)}
 
     def _checkpoint(self) -> dict[str, Any]:
         return {**super()._checkpoint(), "last_original_obs": self.model._last_original_obs,

@@ -8,10 +8,28 @@ checkpoint would sit on disk twice and be rewritten every round. :class:`ReplayS
 writes instead, at each save, one *segment* file with the rows added since the last
 save (``member_3.replay.000012.npz``, beside ``member_3.r11.ckpt``); a checkpoint
 lists the segments that rebuild its buffer, oldest first (later ones overwrite earlier
-rows of the ring). A segment whose rows later ones all overwrote leaves the list, and
-its file goes once neither of the two newest checkpoints lists it, so a kill at any
-point leaves the files of the checkpoint a resume reads: disk holds the buffer and one
-round's rows, and a save writes one round's rows.
+rows of the ring). A segment whose rows later ones all overwrote leaves the list.
+
+Which files a save keeps. A save is a round's end (``member_3.r11.ckpt``) or a save inside the
+round in progress (``member_3.r12.part.ckpt``, a stop or a periodic save: :mod:`pbx.runners.partial`,
+replaced at each such save). While round ``r + 1`` is not in the history, a resume may read three of
+the member's checkpoints: round ``r``'s, which it restores first, the round in progress's part,
+which it goes on from, and round ``r + 1``'s once written (a member through the round). An exploit,
+and a restart's candidate taking its donor's buffer, read the donor's round ``r`` checkpoint. So a
+save keeps the segments listed by
+
+- the checkpoint it writes,
+- the save before it (a kill before this checkpoint is in place leaves that one: the part this one
+  replaces, or the part a round's end follows, which a resume without the member's ``done.json``
+  goes on from), and
+- the checkpoint the round started from, the latest round's end: ``start``, which a save inside a
+  round writes into its entry, so that a resume from the part keeps it too.
+
+A round's end becomes the next round's start; files no list holds are deleted (a kill at any point
+between writing a segment, a part, the round's checkpoint and the prune after the history leaves
+every file those read). Without saves inside a round this is the two newest checkpoints. Disk
+holds the buffer and one round's rows however often the round is saved inside, and a save writes
+the rows since the last one.
 
 Files are written with :func:`pbx.files.durable_write` before the checkpoint that lists
 them. A resume may find segments of a save the kill interrupted: they carry numbers the
@@ -112,15 +130,16 @@ class ReplayStore:
         self.buffer = buffer
         self.segments: list[tuple[str, int, int]] = []
         """(file name, first row, row count) of the segments the last checkpoint lists, oldest first."""
-        self.before: list[tuple[str, int, int]] = []
-        """... and those the checkpoint before it lists (a resume may still read it)."""
+        self.start: list[tuple[str, int, int]] = []
+        """... and those the checkpoint of the latest round's end lists (where a resume restores the round from)."""
         self.number = 0
         """The next segment's number."""
         self.saved_at = 0
         """``buffer.added`` at the last save or load."""
 
-    def save(self, path: Path) -> dict[str, Any]:
-        """Write the rows added since the last save beside the checkpoint ``path``; the checkpoint's entry."""
+    def save(self, path: Path, inside: bool) -> dict[str, Any]:
+        """Write the rows added since the last save beside the checkpoint ``path``, of a round's end or, ``inside``,
+        of the round in progress; the checkpoint's entry."""
         buffer, folder = self.buffer, path.parent
         stem = path.name.split(".")[0]
         new = min(buffer.added - self.saved_at, buffer.buffer_size)
@@ -131,13 +150,16 @@ class ReplayStore:
             durable_write(folder / name, lambda tmp: _write_npz(tmp, arrays))
             segments = _needed([*segments, (name, (buffer.pos - new) % buffer.buffer_size, new)], buffer.buffer_size)
             self.number += 1
-        keep = {name for name, _, _ in [*segments, *self.segments]}
+        keep = {name for name, _, _ in [*segments, *self.segments, *self.start]}
         for old in folder.glob(f"{stem}.replay.*.npz*"):
             if re.fullmatch(rf"{re.escape(stem)}\.replay\.\d+\.npz(\.tmp)?", old.name) and old.name not in keep:
                 old.unlink(missing_ok=True)
-        self.before, self.segments = self.segments, segments
+        self.segments = segments
+        if not inside:
+            self.start = segments
         self.saved_at = buffer.added
-        return {"segments": list(segments), "pos": buffer.pos, "full": buffer.full, "number": self.number}
+        entry = {"segments": list(segments), "pos": buffer.pos, "full": buffer.full, "number": self.number}
+        return {**entry, "start": list(self.start)} if inside else entry
 
     def load(self, path: Path, entry: dict[str, Any]) -> None:
         """Rebuild the buffer from the segments a checkpoint at ``path`` lists (its :meth:`save` entry).
@@ -149,7 +171,8 @@ class ReplayStore:
         no longer continue bit for bit, so nothing is guessed.
         """
         self._fill(path, entry)
-        self.segments = self.before = [tuple(s) for s in entry["segments"]]  # type: ignore[misc]
+        self.segments = [tuple(s) for s in entry["segments"]]  # type: ignore[misc]
+        self.start = [tuple(s) for s in entry.get("start", self.segments)]  # type: ignore[misc]
         self.number = entry["number"]
         self.saved_at = self.buffer.added
 
@@ -159,7 +182,7 @@ class ReplayStore:
         checkpoints never list the other member's files, which that member deletes as it goes and which may be on
         another machine (the MPI runner sends them into a temporary folder). Damage is :meth:`load`'s error."""
         self._fill(path, entry)
-        self.segments = self.before = []
+        self.segments = self.start = []
         self.saved_at = self.buffer.added - (self.buffer.buffer_size if self.buffer.full else self.buffer.pos)
 
     def _fill(self, path: Path, entry: dict[str, Any]) -> None:

@@ -91,7 +91,8 @@ class Halt(Exception):
 
 class Boundary(BaseCallback):
     """Leaves ``learn`` (:class:`Halt`) before a rollout where ``stop()`` says so: after the last update and
-    before the envs step again, the one point where the learner, its envs and its count are whole."""
+    before the envs step again, the one point where the learner, its envs and its count are whole (an off-policy
+    agent's replay buffer too: SB3's ``collect_rollouts`` asks at the start of each ``train_freq`` steps)."""
 
     def __init__(self, stop: Callable[[], bool]) -> None:
         super().__init__()
