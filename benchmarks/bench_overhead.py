@@ -160,11 +160,12 @@ class TimedMember(PPOMember):
 
     calls: ClassVar[list[tuple[str, float]]] = []
 
-    def train(self, steps: int) -> float:
+    def train(self, steps: int, stop: Callable[[], bool] | None = None) -> float:
         start = time.perf_counter()
-        score = super().train(steps)
-        TimedMember.calls.append(("train", time.perf_counter() - start))
-        return score
+        try:
+            return super().train(steps, stop=stop)
+        finally:
+            TimedMember.calls.append(("train", time.perf_counter() - start))
 
     def evaluate(self, seed: int) -> float:
         start = time.perf_counter()
