@@ -1,8 +1,10 @@
 """Run configuration: typed settings, their layers, and the resolved ``config.yaml``.
 
-A run's config has three sections, each a dataclass:
+A run's config has three sections, each a dataclass, and a fourth for an env a task family holds:
 
 - ``run``: :class:`RunSettings`, what every run has (env, search, population, budget);
+- ``env_settings``: the settings of the env's task family (ProcGen's ``num_levels``, Atari's ``frame_skip``,
+  a gymnasium id's ``env_kwargs``; :mod:`pbx.env_section`), absent for a toy's env;
 - ``strategy``: the settings class of the chosen ``--search`` (e.g. PBT's ``resample_prob``);
 - ``member``: the settings class of the member that trains ``--env`` (e.g. PPO's ``n_envs``).
 
@@ -24,10 +26,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 import yaml
 
+from pbx import env_section
+from pbx.env_section import MOVED
 from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.fingerprint import PROVENANCE, run_record
@@ -40,9 +44,12 @@ from pbx.strategies import (ExploitExplore, ExploitRules, RunContext, Selection,
                             canonical_search, make_selection, strategy_class)
 from pbx.strategies.bayes.categorical import BANDITS, CAT_EXPS, canonical_cat_exp
 
+if TYPE_CHECKING:
+    from pbx.envs import EnvSettings
+
 SEARCH_SPACES = Path(__file__).resolve().parent / "search_spaces"
 """The shipped search spaces: package data, so a non-editable install finds them too."""
-SECTIONS = ("run", "strategy", "member")
+SECTIONS = ("run", env_section.SECTION, "strategy", "member")
 
 
 @dataclass
@@ -57,6 +64,8 @@ class RunConfig:
     """Where the space was read from (for the record; the space itself is stored in full)."""
     member_cls: type[Member] = field(repr=False)
     strategy_cls: type[Strategy] = field(repr=False)
+    env_settings: EnvSettings | None = None
+    """The env's task-family settings (:class:`pbx.envs.EnvSettings`); None for an env no family holds (a toy's)."""
     provenance: dict[str, Any] | None = None
     """What started the run (:func:`pbx.fingerprint.run_record`: the pbx, the env's own code, the library
     versions), written as config.yaml's ``pbx`` section: :func:`resolve` gives this process's, a resume the
@@ -117,9 +126,11 @@ class RunConfig:
         run["space"] = self.space_source
         # A searched hyperparameter's member setting is never used: the space records what the members train with.
         member = {k: v for k, v in dataclasses.asdict(self.member).items() if k not in self.space.params}
+        env = {} if self.env_settings is None else {env_section.SECTION: dataclasses.asdict(self.env_settings)}
         return {
             **({PROVENANCE: dict(self.provenance)} if self.provenance is not None else {}),
             "run": run,
+            **env,
             "strategy": dataclasses.asdict(self.strategy),
             "member": member,
             "space": self.space.to_dict(),
@@ -163,6 +174,9 @@ class _Input:
     """Whether a space file is named after the inline space (a flag or -m on a resolved config.yaml)."""
     member_input: dict[str, tuple[Any, bool]]
     """Possible member settings the input sets: value, and whether a run's own config.yaml holds it."""
+    moved: dict[str, bool] = field(default_factory=dict)
+    """Env settings given in a ``member`` section (:data:`pbx.env_section.MOVED`), and whether a run's own
+    config.yaml holds each."""
 
 
 class _Choice(NamedTuple):
@@ -172,6 +186,8 @@ class _Choice(NamedTuple):
     search: str
     run_raw: dict[str, Any]
     """The ``run`` section's raw values over the member's and the strategy's run defaults."""
+    env_settings: EnvSettings | None
+    """The env's settings (:func:`pbx.env_section.env_settings`)."""
     strategy_cls: type[Strategy]
     member_cls: type[Member]
     space_source: str
@@ -188,9 +204,12 @@ def _merge(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str]) -> _In
             if key in SECTIONS:
                 if not isinstance(value, Mapping):
                     raise UsageError(f"config section {key!r} must be a mapping, got {value!r}")
-                given.merged[key].update(value)
-                if key == "member":
+                if key == "member":  # a config.yaml written before the env settings had their own section
+                    given.moved.update({name: inline for name in MOVED if name in value})
+                    given.merged[env_section.SECTION].update({k: v for k, v in value.items() if k in MOVED})
+                    value = {k: v for k, v in value.items() if k not in MOVED}
                     given.member_input.update({name: (v, inline) for name, v in value.items()})
+                given.merged[key].update(value)
             elif key == "space" and inline:
                 given.space_spec = value
             elif key == PROVENANCE:
@@ -229,12 +248,14 @@ def _choose(given: _Input) -> _Choice:
     strat_cls = strategy_class(search)
     cat_exp = flat.get("strategy.cat_exp", flat.get("cat_exp", given.merged["strategy"].get("cat_exp")))
     bandit = cat_exp is not None and canonical_cat_exp(cat_exp, CAT_EXPS, search) in BANDITS
+    # before the member is chosen: they may change the env's spaces (a gymnasium id's env_kwargs)
+    env_settings = env_section.env_settings(env, given.merged[env_section.SECTION], given.flat, given.moved)
     space_source, space = _load_space(flat.get("run.space", run_raw.get("space")),
-                                      lambda: space_file(env, bandit, algo),
+                                      lambda: space_file(env, bandit, algo, env_settings),
                                       None if given.named_space else given.space_spec)
-    member_cls = member_class(env, [*space.names, *given.member_input], algo)
+    member_cls = member_class(env, [*space.names, *given.member_input], algo, env_settings)
     run_raw = {**member_cls.run_defaults(env), **strat_cls.run_defaults(), **run_raw}
-    return _Choice(env, search, run_raw, strat_cls, member_cls, space_source, space)
+    return _Choice(env, search, run_raw, env_settings, strat_cls, member_cls, space_source, space)
 
 
 def _sections(given: _Input, choice: _Choice) -> dict[str, dict[str, Any]]:
@@ -242,11 +263,13 @@ def _sections(given: _Input, choice: _Choice) -> dict[str, dict[str, Any]]:
     that has it (:func:`_route`); a key no section has is refused with the section's valid names."""
     sections = {"run": RunSettings, "strategy": choice.strategy_cls.settings_cls,
                 "member": choice.member_cls.settings_cls}
+    routed = {**sections, **({} if choice.env_settings is None else {env_section.SECTION: type(choice.env_settings)})}
     raw = {"run": choice.run_raw, "strategy": dict(given.merged["strategy"]),
            "member": {**choice.member_cls.setting_defaults(choice.env), **given.merged["member"]}}
     for key, value in given.flat.items():
-        section, name = _route(key, sections, choice.search, choice.env)
-        raw[section][name] = canonical_search(value) if (section, name) == ("run", "search") else value
+        section, name = _route(key, routed, choice.search, choice.env)
+        if section in raw:  # the env's settings are made first (_choose)
+            raw[section][name] = canonical_search(value) if (section, name) == ("run", "search") else value
     for section, cls in sections.items():
         unknown = set(raw[section]) - field_names(cls)
         if section == "strategy" and unknown & {"cat_exp", "fixed_cat_val"}:
@@ -276,10 +299,10 @@ def _build(raw: Mapping[str, dict[str, Any]], choice: _Choice,
     strat_cls.roles(strategy, run.pop_size)
     _refuse_searched(member_input, member_cls.settings_cls, choice.space, choice.space_source)
     member_cls.validate(choice.space, member, run.device)
-    member_cls.validate_env(env, member)
+    member_cls.validate_env(env, member, choice.env_settings)
     strat_cls.validate(strategy, choice.space)
     return RunConfig(run, strategy, member, choice.space, choice.space_source, member_cls, strat_cls,
-                     run_record(run.env))
+                     choice.env_settings, run_record(run.env))
 
 
 def _check_rounds(cfg: RunConfig) -> None:
@@ -309,7 +332,8 @@ def _check_population(cfg: RunConfig, env: str, builds: int | None) -> None:
         times = cfg.most_members / run.pop_size
         raise UsageError(f"--search {run.search} trains {cfg.most_members:,} members in a round ({times:g} x pop_size "
                          f"{run.pop_size:,}), more than {MAX_MEMBERS:,}: lower pop_size or the strategy's init_factor")
-    cfg.member_cls.check_population(env, cfg.most_members if builds is None else builds, cfg.member)
+    cfg.member_cls.check_population(env, cfg.most_members if builds is None else builds, cfg.member,
+                                    cfg.env_settings)
     if cfg.init_size > run.pop_size and cfg.rules.plan([False]).done:
         cost = cfg.init_size / run.pop_size
         raise UsageError(f"max_budget {run.max_budget:,} leaves no round after the first population's ({cfg.init_size} "
@@ -379,7 +403,8 @@ def _route(key: str, sections: Mapping[str, type], search: str, env: str) -> tup
     matches = [s for s, cls in sections.items() if key in field_names(cls)]
     if not matches:
         valid = sorted(set().union(*(field_names(c) for c in sections.values())))
-        raise UsageError(f"unknown key {key!r} for --search {search} --env {env}; valid keys: {', '.join(valid)}")
+        raise UsageError(env_section.refusal(key, env)
+                         or f"unknown key {key!r} for --search {search} --env {env}; valid keys: {', '.join(valid)}")
     if len(matches) > 1:
         raise UsageError(f"{key!r} is a setting of the {' and the '.join(matches)} sections; "
                          f"say which: {', '.join(f'{s}.{key}' for s in matches)}")

@@ -73,7 +73,7 @@ class Target:
         the training envs), on ``device`` (None: the run's); the caller closes it."""
         cfg = self.cfg
         context = MemberContext(env=cfg.run.env, index=self.member, seed=member_seed(cfg.run.seed, self.member),
-                                device=cfg.run.device if device is None else device)
+                                device=cfg.run.device if device is None else device, env_settings=cfg.env_settings)
         member: Any = cfg.member_cls(context, cfg.member, {})
         try:
             member.load(self.checkpoint, own=False)
@@ -241,7 +241,8 @@ def describe(target: Target, levels: str, episodes: int, seed: int) -> str:
     elif levels == "test":
         where = "test levels (unrestricted, num_levels=0)"
     else:
-        where = f"train levels ({cfg.member.num_levels or 'unrestricted'} from {cfg.member.start_level})"  # type: ignore[attr-defined]
+        env: Any = cfg.env_settings  # ProcGen's: the only family with levels
+        where = f"train levels ({env.num_levels or 'unrestricted'} from {env.start_level})"
     kept = ", kept at the restart after it" if target.kept else ""
     return (f"member {target.member} of {target.run_dir.path} after round {target.round + 1}/{target.rounds}{kept} "
             f"({target.steps:,} steps): {counted(episodes, 'episode')} on {where}, seed {seed}")

@@ -72,7 +72,7 @@ def export(run_dir: Path, member: str | int = "best", out: Path | None = None) -
     out = out or Path(run_dir) / "export" / f"m{target.member}_round{target.round + 1}"
     loaded = target.load_member("cpu")
     plain = family(target.cfg.run.env).plain if is_known(target.cfg.run.env) else None  # not a member's own env
-    env = None if plain is None else plain(target.cfg.run.env)
+    env = None if plain is None else plain(target.cfg.run.env, target.cfg.env_settings)
     try:
         written = loaded.export(out)
         if env is not None:

@@ -25,6 +25,7 @@ import contextlib
 import functools
 import pickle
 import zlib
+from dataclasses import dataclass
 from typing import Any, SupportsFloat
 
 import gymnasium
@@ -34,6 +35,8 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
 from pbx.envs.plain import PlainEnv
+from pbx.envs.settings import EnvSettings, check_whole
+from pbx.errors import UsageError
 
 with contextlib.suppress(ImportError):  # the "atari" extra; without it no ALE/ id is registered
     import ale_py
@@ -41,10 +44,53 @@ with contextlib.suppress(ImportError):  # the "atari" extra; without it no ALE/ 
     gymnasium.register_envs(ale_py)
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr at each game's start
 
-FRAMES = 4
-"""Frames stacked into one observation."""
-GAME_KWARGS = {"frameskip": 1}
-"""v5's keywords: its own frame skip off, ``AtariWrapper``'s 4 in its place."""
+MAX_FRAMES = 108_000
+"""The most frames a game of a v5 id lasts (its ``max_num_frames_per_episode``): a longer frame skip or no-op
+start is no game at all."""
+MAX_STACK = 64
+"""The most frames stacked into one observation (rl-zoo stacks 4): each is a 84x84 frame in every stored
+observation."""
+
+
+@dataclass(frozen=True)
+class AtariSettings(EnvSettings):
+    """How an Atari game is played: SB3's ``AtariWrapper`` and frame stack over the emulator, rl-zoo's ``atari``
+    rows' choices by default."""
+
+    repeat_action_probability: float = 0.25
+    """Sticky actions: the chance the emulator repeats its last action on a frame instead of the one asked
+    (Machado et al., 2018). By default the id's own: 0.25 for the ``ALE/...-v5`` ids, 0 for ``NoFrameskip-v4``."""
+    frame_skip: int = 4
+    """Frames each action is repeated on, the last two max-pooled (the id's own frame skip is off)."""
+    frame_stack: int = 4
+    """The last frames stacked into one observation."""
+    noop_max: int = 30
+    """At most this many no-op frames at a game's start, a random number each game (0: none)."""
+    terminal_on_life_loss: bool = True
+    """A lost life ends a training episode (the game goes on); test episodes always play whole games."""
+    clip_reward: bool = True
+    """The agent learns from rewards clipped to their sign; scores are the game's, unclipped."""
+
+    @classmethod
+    def defaults(cls, env: str) -> dict[str, Any]:
+        """The id's own sticky actions (gymnasium's record of it; an id not registered keeps 0.25, and is refused
+        as unknown or its simulator missing before any env is built)."""
+        try:
+            kwargs = gymnasium.spec(env).kwargs
+        except gymnasium.error.Error:
+            return {}
+        return {"repeat_action_probability": float(kwargs.get("repeat_action_probability", 0.25))}
+
+    def __post_init__(self) -> None:
+        p = self.repeat_action_probability
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+            raise UsageError(f"repeat_action_probability must be a probability in [0, 1], got {p!r}")
+        check_whole("frame_skip", self.frame_skip, 1, MAX_FRAMES)
+        check_whole("frame_stack", self.frame_stack, 1, MAX_STACK)
+        check_whole("noop_max", self.noop_max, 0, MAX_FRAMES, " (0: no no-op start)")
+        for name in ("terminal_on_life_loss", "clip_reward"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
 EnvState = tuple[list[dict[str, Any]], Any, np.random.Generator, Any]
 """An env's saved state (see :func:`_env_state`)."""
@@ -143,22 +189,35 @@ def _set_env_state(env: gymnasium.Env, state: EnvState) -> None:
     game.np_random = rng
 
 
-def _make_game(env: str, render: bool) -> _Replay:
+def _make_game(env: str, settings: AtariSettings, render: bool) -> _Replay:
     """The game with its replay innermost, under SB3's Monitor and wrappers."""
-    return _Replay(gymnasium.make(env, **GAME_KWARGS, render_mode="rgb_array" if render else None))
+    return _Replay(gymnasium.make(env, **_game_kwargs(settings), render_mode="rgb_array" if render else None))
 
 
-def make_atari_env(env: str, n_envs: int, seed: int, *, train: bool = True, render: bool = False,
-                   **_: Any) -> AtariVecEnv:
-    """``n_envs`` games of ``env`` seeded from ``seed``; ``train``: a lost life ends the episode."""
-    make = functools.partial(_make_game, env, render)
+def _game_kwargs(settings: AtariSettings) -> dict[str, Any]:
+    """The game's keywords: its own frame skip off (``AtariWrapper``'s in its place), its sticky actions."""
+    return {"frameskip": 1, "repeat_action_probability": settings.repeat_action_probability}
+
+
+def _wrapper_kwargs(settings: AtariSettings, train: bool) -> dict[str, Any]:
+    """``AtariWrapper``'s keywords; ``train``: a lost life ends the episode where the settings say so."""
+    return {"noop_max": settings.noop_max, "frame_skip": settings.frame_skip, "clip_reward": settings.clip_reward,
+            "terminal_on_life_loss": train and settings.terminal_on_life_loss}
+
+
+def make_atari_env(env: str, n_envs: int, seed: int, settings: AtariSettings | None = None, *, train: bool = True,
+                   render: bool = False, **_: Any) -> AtariVecEnv:
+    """``n_envs`` games of ``env`` seeded from ``seed``, played as ``settings`` say (None: the defaults of
+    ``env``); ``train``: a lost life ends the episode where the settings say so."""
+    settings = settings if settings is not None else AtariSettings(**AtariSettings.defaults(env))
+    make = functools.partial(_make_game, env, settings, render)
     venv = make_vec_env(make, n_envs=n_envs, seed=seed, wrapper_class=AtariWrapper,
-                        wrapper_kwargs={"terminal_on_life_loss": train}, vec_env_cls=DummyVecEnv)
-    return AtariVecEnv(venv, FRAMES)
+                        wrapper_kwargs=_wrapper_kwargs(settings, train), vec_env_cls=DummyVecEnv)
+    return AtariVecEnv(venv, settings.frame_stack)
 
 
-def plain_env(env: str) -> PlainEnv:
+def plain_env(env: str, settings: AtariSettings) -> PlainEnv:
     """``env`` as test episodes play it, built by plain SB3: the game, ``AtariWrapper`` (a lost life is no end),
-    the frame stack."""
-    return PlainEnv(env, dict(GAME_KWARGS), f"{AtariWrapper.__module__}.{AtariWrapper.__name__}",
-                    {"terminal_on_life_loss": False}, FRAMES, ("ale_py",))
+    the frame stack, as ``settings`` say."""
+    return PlainEnv(env, _game_kwargs(settings), f"{AtariWrapper.__module__}.{AtariWrapper.__name__}",
+                    _wrapper_kwargs(settings, train=False), settings.frame_stack, ("ale_py",))

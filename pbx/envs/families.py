@@ -28,17 +28,18 @@ from typing import Any, Callable
 import gymnasium
 from stable_baselines3.common.vec_env import VecEnv
 
-from pbx.envs.atari import make_atari_env, plain_env
-from pbx.envs.gym import env_spec, is_registered, make_gym_env
+from pbx.envs.atari import AtariSettings, make_atari_env, plain_env
+from pbx.envs.gym import GymSettings, env_spec, is_registered, make_gym_env, plain_gym_env
 from pbx.envs.plain import PlainEnv
-from pbx.envs.procgen import GAMES, ProcgenVecEnv
+from pbx.envs.procgen import GAMES, ProcgenSettings, ProcgenVecEnv
+from pbx.envs.settings import EnvSettings
 from pbx.errors import UsageError
 
 RESUMES = ("exact", "restart")
 
 Builder = Callable[..., VecEnv]
-"""``build(env, n_envs, seed, *, train, num_levels, start_level, distribution_mode, num_threads, render)``:
-``n_envs`` envs of ``env`` seeded from ``seed`` (see :func:`pbx.envs.make_env`); a family ignores the keywords
+"""``build(env, n_envs, seed, settings, *, train, num_threads, render)``: ``n_envs`` envs of ``env`` seeded from
+``seed``, built as the family's ``settings`` say (see :func:`pbx.envs.make_env`); a family ignores the keywords
 it has no use for."""
 
 
@@ -52,6 +53,9 @@ class Family:
     """Whether an env id belongs to the family (the first family in :data:`FAMILIES` that says so holds it)."""
     build: Builder
     """Builds the envs, with the family's wrappers; their ``get_state``/``set_state`` save them."""
+    settings: type[EnvSettings]
+    """The family's env settings (ProcGen's levels, Atari's wrappers, gymnasium's ``env_kwargs``): a run records
+    them in ``config.yaml``'s ``env_settings`` section (:mod:`pbx.envs.settings`)."""
     resume: str = "exact"
     """How the envs come back on a resume: ``exact`` or ``restart`` (see the module docstring)."""
     extra: str | None = None
@@ -61,23 +65,25 @@ class Family:
     levels: bool = False
     """Whether its training envs play a subset of the levels test episodes play (ProcGen's ``num_levels`` from
     ``start_level``, against the unrestricted distribution); else train and test are one distribution."""
-    plain: Callable[[str], PlainEnv] | None = PlainEnv
-    """The env of an id as plain SB3 builds it for test episodes, which an exported member records
-    (:mod:`pbx.envs.plain`; by default the id alone); None where SB3 has no such env (ProcGen's)."""
+    plain: Callable[[str, Any], PlainEnv] | None = plain_gym_env
+    """The env of an id built with the family's settings, as plain SB3 builds it for test episodes, which an
+    exported member records (:mod:`pbx.envs.plain`; by default the id and its ``env_kwargs``); None where SB3 has
+    no such env (ProcGen's)."""
 
 
-def _procgen(env: str, n_envs: int, seed: int, *, train: bool = True, num_levels: int = 0, start_level: int = 0,
-             distribution_mode: str = "easy", num_threads: int = 0, **_: Any) -> ProcgenVecEnv:
+def _procgen(env: str, n_envs: int, seed: int, settings: ProcgenSettings, *, train: bool = True,
+             num_threads: int = 0, **_: Any) -> ProcgenVecEnv:
     """The training levels (``num_levels`` from ``start_level``), or for test episodes the unrestricted ones."""
-    num_levels, start_level = (num_levels, start_level) if train else (0, 0)
+    num_levels, start_level = (settings.num_levels, settings.start_level) if train else (0, 0)
     # ProcGen's rand_seed is a C int
     return ProcgenVecEnv(env, n_envs, seed % 2**31, num_levels=num_levels, start_level=start_level,
-                         distribution_mode=distribution_mode, num_threads=num_threads)
+                         distribution_mode=settings.distribution_mode, num_threads=num_threads)
 
 
 def _gym(saves_state: bool) -> Builder:
-    def build(env: str, n_envs: int, seed: int, *, render: bool = False, **_: Any) -> VecEnv:
-        return make_gym_env(env, n_envs, seed, render=render, saves_state=saves_state)
+    def build(env: str, n_envs: int, seed: int, settings: GymSettings, *, render: bool = False,
+              **_: Any) -> VecEnv:
+        return make_gym_env(env, n_envs, seed, render=render, saves_state=saves_state, kwargs=settings.env_kwargs)
     return build
 
 
@@ -92,16 +98,18 @@ def in_module(prefix: str) -> Callable[[str], bool]:
     return lambda env: is_registered(env) and entry_module(env).startswith(prefix)
 
 
-PROCGEN = Family("ProcGen", GAMES.__contains__, _procgen, simulator="procgen", levels=True, plain=None)
-CLASSIC = Family("classic control", in_module("gymnasium.envs.classic_control"), _gym(True))
-BOX2D = Family("Box2D", in_module("gymnasium.envs.box2d"), _gym(False), resume="restart", extra="box2d",
-               simulator="Box2D")
-MUJOCO = Family("MuJoCo", in_module("gymnasium.envs.mujoco"), _gym(True), extra="mujoco", simulator="mujoco")
+PROCGEN = Family("ProcGen", GAMES.__contains__, _procgen, ProcgenSettings, simulator="procgen", levels=True,
+                 plain=None)
+CLASSIC = Family("classic control", in_module("gymnasium.envs.classic_control"), _gym(True), GymSettings)
+BOX2D = Family("Box2D", in_module("gymnasium.envs.box2d"), _gym(False), GymSettings, resume="restart",
+               extra="box2d", simulator="Box2D")
+MUJOCO = Family("MuJoCo", in_module("gymnasium.envs.mujoco"), _gym(True), GymSettings, extra="mujoco",
+                simulator="mujoco")
 ATARI = Family("Atari", lambda env: env.startswith("ALE/") or in_module("ale_py")(env), make_atari_env,
-               extra="atari", simulator="ale_py", plain=plain_env)
+               AtariSettings, extra="atari", simulator="ale_py", plain=plain_env)
 """gymnasium's ``ALE/<Game>-v5`` ids with SB3's Atari wrappers and 4 stacked frames (:mod:`pbx.envs.atari`); an
 ``ALE/`` id is Atari's before ale-py, which registers it, is installed (so a missing ale-py names its extra)."""
-OTHER = Family("gymnasium", is_registered, _gym(False), resume="restart")
+OTHER = Family("gymnasium", is_registered, _gym(False), GymSettings, resume="restart")
 """Any other registered gymnasium id; its envs may hold handles a pickle loses, so a resume restarts them."""
 
 FAMILIES: tuple[Family, ...] = (PROCGEN, CLASSIC, BOX2D, MUJOCO, ATARI, OTHER)

@@ -11,14 +11,42 @@ import functools
 import importlib
 import os
 import pickle
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium
+import yaml
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv
 
+from pbx.envs.plain import PlainEnv
+from pbx.envs.settings import EnvSettings
 from pbx.errors import UsageError
+
+
+@dataclass(frozen=True)
+class GymSettings(EnvSettings):
+    """What a gymnasium id is made with, beyond its id (rl-zoo's ``env_kwargs``)."""
+
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of ``gymnasium.make`` (``{continuous: true}``: LunarLander's actions are continuous);
+    plain YAML values, so that ``config.yaml`` rebuilds the env. pbx sets ``render_mode`` itself."""
+
+    def __post_init__(self) -> None:
+        kwargs = self.env_kwargs
+        if not isinstance(kwargs, dict) or not all(isinstance(key, str) and key for key in kwargs):
+            raise UsageError(f"env_kwargs must be a mapping of gymnasium.make's keyword arguments, such as "
+                             f"{{continuous: true}}, got {kwargs!r}")
+        if "render_mode" in kwargs:
+            raise UsageError("env_kwargs may not set render_mode: pbx renders frames where a video asks for them")
+        try:
+            plain = yaml.safe_load(yaml.safe_dump(kwargs)) == kwargs
+        except yaml.YAMLError:
+            plain = False
+        if not plain:
+            raise UsageError(f"env_kwargs must hold plain YAML values (numbers, strings, booleans, lists, mappings), "
+                             f"which config.yaml records, got {kwargs!r}")
 
 
 def env_spec(env_id: str) -> EnvSpec:
@@ -93,19 +121,34 @@ def _set_simulation(env: gymnasium.Env, simulation: tuple[Any, Any]) -> None:
     inner.np_random = rng
 
 
-def make_gym_env(env_id: str, n_envs: int, seed: int, render: bool = False, saves_state: bool = True) -> GymVecEnv:
-    """``n_envs`` copies of ``env_id``, env i seeded with ``seed + i`` at its first reset; ``render``: each
-    env's ``render()`` returns an RGB frame; ``saves_state``: see :attr:`GymVecEnv.saves_state`."""
+def plain_gym_env(env_id: str, settings: GymSettings) -> PlainEnv:
+    """``env_id`` made with its ``env_kwargs``, as plain SB3's ``make_vec_env`` builds it."""
+    return PlainEnv(env_id, dict(settings.env_kwargs))
+
+
+def make_gym_env(env_id: str, n_envs: int, seed: int, render: bool = False, saves_state: bool = True,
+                 kwargs: dict[str, Any] | None = None) -> GymVecEnv:
+    """``n_envs`` copies of ``env_id`` made with ``kwargs`` (:attr:`GymSettings.env_kwargs`), env i seeded with
+    ``seed + i`` at its first reset; ``render``: each env's ``render()`` returns an RGB frame; ``saves_state``: see
+    :attr:`GymVecEnv.saves_state`. Keyword arguments the env refuses are a :class:`UsageError` naming them."""
+    kwargs = kwargs or {}
     # Built here, not by id: given an id, SB3 asks every env for rgb_array renders, rendered or not, and
     # gymnasium warns of an env that cannot render (a user's own).
-    venv = make_vec_env(functools.partial(_rendering, env_id) if render else functools.partial(gymnasium.make, env_id),
-                        n_envs=n_envs, seed=seed, vec_env_cls=GymVecEnv)
+    make = functools.partial(_rendering if render else gymnasium.make, env_id, **kwargs)
+    try:
+        venv = make_vec_env(make, n_envs=n_envs, seed=seed, vec_env_cls=GymVecEnv)
+    except (TypeError, ValueError, AssertionError, gymnasium.error.Error) as err:
+        if not kwargs:
+            raise
+        first = (str(err).splitlines() or [""])[0][:200]
+        raise UsageError(f"env_kwargs {kwargs}: {env_id} cannot be made with them ({type(err).__name__}: "
+                         f"{first})") from None
     assert isinstance(venv, GymVecEnv)
     venv.saves_state = saves_state
     return venv
 
 
-def _rendering(env_id: str) -> gymnasium.Env:
+def _rendering(env_id: str, **kwargs: Any) -> gymnasium.Env:
     """``env_id`` made to render RGB frames, or :class:`UsageError` where its env cannot."""
     entry = env_spec(env_id).entry_point
     modes = list(getattr(load_env_creator(entry) if isinstance(entry, str) else entry, "metadata", {})
@@ -114,7 +157,7 @@ def _rendering(env_id: str) -> gymnasium.Env:
         raise UsageError(f"cannot record the video: {env_id} does not render RGB frames (its metadata's "
                          f"render_modes: {modes})")
     _headless_gl()
-    return gymnasium.make(env_id, render_mode="rgb_array")
+    return gymnasium.make(env_id, render_mode="rgb_array", **kwargs)
 
 
 def _headless_gl() -> None:

@@ -12,6 +12,7 @@ just ended.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -20,9 +21,34 @@ from procgen import ProcgenGym3Env  # imported quietly by pbx.envs first
 from procgen.env import DISTRIBUTION_MODE_DICT, ENV_NAMES
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
+from pbx.envs.settings import EnvSettings, check_whole
+from pbx.errors import UsageError
+
 GAMES: tuple[str, ...] = tuple(ENV_NAMES)
 """The ProcGen games, each a valid ``--env``."""
 DISTRIBUTION_MODES: tuple[str, ...] = tuple(DISTRIBUTION_MODE_DICT)
+LEVEL_SEEDS = 2**31 - 1
+"""The largest ProcGen level number (its C ``int``)."""
+
+
+@dataclass(frozen=True)
+class ProcgenSettings(EnvSettings):
+    """ProcGen's levels: by default the ProcGen paper's protocol, 200 easy levels to train on and the unrestricted
+    distribution to test on (train-procgen's ``--num_levels``, ``--start_level``, ``--distribution_mode``)."""
+
+    num_levels: int = 200
+    """Training levels (0: unrestricted); test episodes always play the unrestricted distribution."""
+    start_level: int = 0
+    """The first training level's seed."""
+    distribution_mode: str = "easy"
+    """Difficulty, of the training and the test envs alike: one of :data:`DISTRIBUTION_MODES`."""
+
+    def __post_init__(self) -> None:
+        check_whole("num_levels", self.num_levels, 0, LEVEL_SEEDS, " (0: unrestricted)")
+        check_whole("start_level", self.start_level, 0, LEVEL_SEEDS)
+        if self.distribution_mode not in DISTRIBUTION_MODES:
+            raise UsageError(f"distribution_mode must be one of {', '.join(DISTRIBUTION_MODES)}, got "
+                             f"{self.distribution_mode!r}")
 
 
 class ProcgenVecEnv(VecEnv):

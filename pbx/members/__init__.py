@@ -11,14 +11,17 @@ for, so toy runs never pay for importing torch.
 from __future__ import annotations
 
 import importlib
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from pbx.errors import UsageError
 from pbx.members.base import Diverged, Member, MemberContext, MemberSettings, Stopped
 from pbx.members.toys.toy import TOY_ENVS, ToyMember
 
+if TYPE_CHECKING:
+    from pbx.envs import EnvSettings
+
 __all__ = ["ALGOS", "AUGMENTATION", "Diverged", "Member", "MemberContext", "MemberSettings", "Stopped", "ToyMember",
-           "algo_class", "check_algo", "member_class", "register", "space_file"]
+           "algo_class", "check_algo", "member_class", "own_member", "register", "space_file"]
 
 ALGOS: dict[str, str] = {
     "ppo": "pbx.members.ppo.ppo:PPOMember",
@@ -59,14 +62,17 @@ def algo_class(algo: str) -> type[Member]:
     return getattr(importlib.import_module(module), name)
 
 
-def member_class(env: str, hyperparameters: Iterable[str] = (), algo: str = "ppo") -> type[Member]:
+def member_class(env: str, hyperparameters: Iterable[str] = (), algo: str = "ppo",
+                 env_settings: EnvSettings | None = None) -> type[Member]:
     """The member type that trains on ``env``; raises UsageError for an env nothing can train on, or that
     ``algo`` cannot act in.
 
-    ``hyperparameters``: the names the run's search space and member settings hold.
+    ``hyperparameters``: the names the run's search space and member settings hold; ``env_settings``: how the
+    env is built (its family's settings; None: their defaults), which may change its spaces (gymnasium's
+    ``env_kwargs``).
     """
     check_algo(algo)
-    if _own_member(env):
+    if own_member(env):
         if algo != "ppo":
             raise UsageError(f"--algo {algo} trains an SB3 agent on a gymnasium id; {env} trains its own member: "
                              f"leave --algo out")
@@ -78,12 +84,12 @@ def member_class(env: str, hyperparameters: Iterable[str] = (), algo: str = "ppo
 
         return DeceptiveToyMember
     if algo != "ppo":
-        return _agent(algo_class(algo), env, algo, hyperparameters)
+        return _agent(algo_class(algo), env, algo, hyperparameters, env_settings)
     from pbx.members.ppo.ppo import PPOMember
 
     PPOMember.check_env(env)
-    _check_observations(env, algo)
-    _check_actions(PPOMember, env, algo)
+    _check_observations(env, algo, env_settings)
+    _check_actions(PPOMember, env, algo, env_settings)
     if set(hyperparameters) & set(AUGMENTATION):
         from pbx.members.ppo.drac import DrACMember
 
@@ -92,12 +98,13 @@ def member_class(env: str, hyperparameters: Iterable[str] = (), algo: str = "ppo
     return PPOMember
 
 
-def _own_member(env: str) -> bool:
+def own_member(env: str) -> bool:
     """Whether ``env`` names a member's own env (a toy, or one :func:`register` added), not an SB3 agent's."""
     return env in REGISTERED or env in TOY_ENVS or env == "toy-deceptive"
 
 
-def _agent(cls: type[Member], env: str, algo: str, hyperparameters: Iterable[str]) -> type[Member]:
+def _agent(cls: type[Member], env: str, algo: str, hyperparameters: Iterable[str],
+           env_settings: EnvSettings | None) -> type[Member]:
     """``cls``, the member ``algo`` names, once it is known to train on ``env`` and to act in its action space."""
     from pbx.envs import check_env
     from pbx.members.offpolicy.member import OffPolicyMember
@@ -107,21 +114,21 @@ def _agent(cls: type[Member], env: str, algo: str, hyperparameters: Iterable[str
     check_env(env)
     # the actions first: an agent that cannot act in them (SAC on Pong) has no defaults there either, and the
     # user's fix is another agent, not a row of defaults
-    _check_actions(cls, env, algo)
+    _check_actions(cls, env, algo, env_settings)
     cls.check_env(env)
-    _check_observations(env, algo, off_policy=issubclass(cls, OffPolicyMember))
+    _check_observations(env, algo, env_settings, off_policy=issubclass(cls, OffPolicyMember))
     if set(hyperparameters) & set(AUGMENTATION):
         raise UsageError(f"aug_type and aug_coef are DrAC's, a PPO on ProcGen games; --algo {algo} has neither")
     return cls
 
 
-def _check_actions(cls: type[Member], env: str, algo: str) -> None:
+def _check_actions(cls: type[Member], env: str, algo: str, env_settings: EnvSettings | None) -> None:
     """Raise :class:`UsageError` unless ``cls`` (``algo``'s member) acts in ``env``'s action space, naming the
     agents that do, or the spaces pbx's agents act in when none does (a Tuple: SB3's PPO asserted on it)."""
     from pbx.envs import observation_and_action_spaces
     from pbx.members.sb3.agent import SB3Agent
 
-    _, action_space = observation_and_action_spaces(env)
+    _, action_space = observation_and_action_spaces(env, env_settings)
     assert issubclass(cls, SB3Agent)
     if cls.acts_in(action_space):
         return
@@ -147,7 +154,7 @@ def _either(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
-def _check_observations(env: str, algo: str, off_policy: bool = False) -> None:
+def _check_observations(env: str, algo: str, env_settings: EnvSettings | None, off_policy: bool = False) -> None:
     """Raise :class:`UsageError` unless ``env``'s observations are one array, the only kind pbx's SB3 members take.
 
     Their policies are SB3's ``MlpPolicy`` and ``CnnPolicy`` (the IMPALA CNN for ProcGen), which take a Box,
@@ -163,7 +170,7 @@ def _check_observations(env: str, algo: str, off_policy: bool = False) -> None:
 
     from pbx.envs import observation_and_action_spaces
 
-    observations, _ = observation_and_action_spaces(env)
+    observations, _ = observation_and_action_spaces(env, env_settings)
     arrays = (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary) + (() if off_policy else (spaces.Discrete,))
     if isinstance(observations, arrays):
         return
@@ -179,7 +186,7 @@ def _check_observations(env: str, algo: str, off_policy: bool = False) -> None:
                      f"gymnasium.wrappers.FlattenObservation, which makes them one Box")
 
 
-def space_file(env: str, bandit: bool = False, algo: str = "ppo") -> str:
+def space_file(env: str, bandit: bool = False, algo: str = "ppo", env_settings: EnvSettings | None = None) -> str:
     """The search space (a file under ``search_spaces/``) of a run on ``env`` that names none.
 
     ``bandit``: a bandit picks the run's categories (``--cat_exp`` exp3, exp3_indep or
@@ -188,8 +195,8 @@ def space_file(env: str, bandit: bool = False, algo: str = "ppo") -> str:
     ``fixed`` take the env's own space, as leaving ``--cat_exp`` out does: DrAC comes only
     from a bandit, a space with an augmentation, or an explicit setting.
     """
-    cls = member_class(env, algo=algo)
-    if bandit and algo == "ppo" and not _own_member(env):
+    cls = member_class(env, algo=algo, env_settings=env_settings)
+    if bandit and algo == "ppo" and not own_member(env):
         from pbx.members.ppo.drac import DrACMember
 
         if DrACMember.has_defaults(env):

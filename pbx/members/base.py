@@ -23,9 +23,12 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pbx.space import Config, Space
+
+if TYPE_CHECKING:
+    from pbx.envs import EnvSettings
 
 
 class Diverged(RuntimeError):
@@ -59,6 +62,8 @@ class MemberContext:
         log_dir: a folder of the member's own for learner diagnostics (TensorBoard), or None.
         local_rank: the index of the member's process among the processes on its machine (MPI
             ranks); a member on a GPU takes GPU ``local_rank`` modulo the machine's GPU count.
+        env_settings: how the env is built (its task family's settings, the run's ``env_settings``); None: the
+            family's defaults, or an env no family holds (a toy's).
     """
 
     env: str
@@ -67,6 +72,7 @@ class MemberContext:
     device: str = "auto"
     log_dir: Path | None = None
     local_rank: int = 0
+    env_settings: EnvSettings | None = None
 
 
 class Member(ABC):
@@ -146,13 +152,15 @@ class Member(ABC):
         """
 
     @classmethod
-    def validate_env(cls, env: str, settings: MemberSettings) -> None:
-        """Raise :class:`UsageError` for settings this member cannot train with on ``env`` (a setting of an image
-        policy on vector observations). Called by the run's config with :meth:`validate`, before the run folder
-        exists, so such a refusal writes nothing; by default every setting suits every env."""
+    def validate_env(cls, env: str, settings: MemberSettings, env_settings: EnvSettings | None = None) -> None:
+        """Raise :class:`UsageError` for settings this member cannot train with on ``env`` built with
+        ``env_settings`` (a setting of an image policy on vector observations). Called by the run's config with
+        :meth:`validate`, before the run folder exists, so such a refusal writes nothing; by default every
+        setting suits every env."""
 
     @classmethod
-    def check_population(cls, env: str, pop_size: int, settings: MemberSettings) -> None:
+    def check_population(cls, env: str, pop_size: int, settings: MemberSettings,
+                         env_settings: EnvSettings | None = None) -> None:
         """Raise :class:`UsageError` for a population this member type cannot hold on one machine (an off-policy
         agent's replay buffers, allocated whole per member, must fit in memory). By default any population can."""
 

@@ -60,7 +60,7 @@ class LocalExecutor(Executor):
         self.current = i
         context = MemberContext(env=self.cfg.run.env, index=i, seed=member_seed(self.cfg.run.seed, i),
                                 device=self.cfg.run.device, log_dir=self.run_dir.tb / f"member_{i}",
-                                local_rank=self.local_rank)
+                                local_rank=self.local_rank, env_settings=self.cfg.env_settings)
         self.members[i] = self.cfg.member_cls(context, self.cfg.member, config)
         return self.members[i]
 

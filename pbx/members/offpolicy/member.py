@@ -44,7 +44,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
-from pbx.envs import observation_and_action_spaces  # isort: skip
+from pbx.envs import EnvSettings, observation_and_action_spaces  # isort: skip
 from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.noise import ActionNoise
@@ -130,11 +130,13 @@ class OffPolicyMember(SB3Member):
     checkpoint_keys = (*SB3Member.checkpoint_keys, "replay", "last_original_obs", "action_space_rng")
 
     @classmethod
-    def check_population(cls, env: str, pop_size: int, settings: OffPolicySettings) -> None:
+    def check_population(cls, env: str, pop_size: int, settings: OffPolicySettings,
+                         env_settings: EnvSettings | None = None) -> None:
         """Raise :class:`UsageError` when the replay buffers of the members on this machine do not fit in the
         memory available now (they are allocated whole; a full buffer would then swap or be killed)."""
         members = members_on_this_machine(pop_size)
-        need, free = members * replay_bytes(*observation_and_action_spaces(env), settings), _available_memory()
+        obs, act = observation_and_action_spaces(env, env_settings)
+        need, free = members * replay_bytes(obs, act, settings), _available_memory()
         if need > free:
             raise UsageError(f"buffer_size {settings.buffer_size:,} x {members} members needs {need / 1e9:.1f} GB of "
                              f"replay buffers, {free / 1e9:.1f} GB is free: lower buffer_size (-m buffer_size=...) "

@@ -10,7 +10,7 @@ from that PPO is listed in ``docs/algorithms.md``.
 
 What every SB3 agent shares (envs, statistics, random streams, checkpoints, test
 episodes, applying a hyperparameter where SB3 reads it) is :class:`~pbx.members.sb3.member.SB3Member`;
-this file holds PPO's part: ProcGen's levels, the rollout whose length a search may
+this file holds PPO's part: the rollout whose length a search may
 change (and the minibatch that must divide it), the clip ranges and the value loss.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 # pbx.envs first: it silences the banner that importing SB3 would print (see pbx.envs).
-from pbx.envs import StatefulVecEnv, make_env  # isort: skip
+from pbx.envs import EnvSettings  # isort: skip
 from pbx.envs.families import ATARI, BOX2D, CLASSIC, MUJOCO, OTHER, PROCGEN  # isort: skip
 from gymnasium import spaces
 from stable_baselines3.common.utils import FloatSchedule
@@ -105,13 +105,13 @@ class PPOMember(SB3Member):
         return fit_rollout(config, settings, space)
 
     @classmethod
-    def validate_env(cls, env: str, settings: MemberSettings) -> None:
+    def validate_env(cls, env: str, settings: MemberSettings, env_settings: EnvSettings | None = None) -> None:
         """:meth:`SB3Agent.validate_env`, and the IMPALA CNN's own settings (``precision``, ``channels_last``)
         refused where another policy trains: vector observations (an MLP) or a family whose row names SB3's."""
-        super().validate_env(env, settings)
+        super().validate_env(env, settings, env_settings)
         assert isinstance(settings, PPOSettings)
         policy = cls.family_defaults(env).image_policy or ImpalaPolicy
-        image = observes_images(env)
+        image = observes_images(env, env_settings)
         network = settings.image_network()
         if network and not (image and policy is ImpalaPolicy):
             # bf16 and channels_last change the IMPALA CNN itself; torch, fp32 and tf32 are process-wide TF32
@@ -136,14 +136,6 @@ class PPOMember(SB3Member):
         return self.algorithm(policy if image else "MlpPolicy", self._norm, n_steps=int(hp["n_steps"]),
                               batch_size=int(hp["batch_size"]), value_loss=self.settings.value_loss,
                               device=self.device, verbose=0, **net)
-
-    def _make_env(self, n_envs: int, seed: int, *, train_levels: bool = True, render: bool = False) -> StatefulVecEnv:
-        """The family's training envs (ProcGen's ``num_levels`` from ``start_level``), or with ``train_levels``
-        False those test episodes play (ProcGen's unrestricted distribution)."""
-        s = self.settings
-        return make_env(self.context.env, n_envs, seed, train=train_levels, num_levels=s.num_levels,
-                        start_level=s.start_level, distribution_mode=s.distribution_mode,
-                        num_threads=self._env_threads, render=render)
 
     def _set(self, hp: Mapping[str, Any]) -> None:
         """The clip ranges (schedules) and the rollout's length, discount and GAE lambda (the rollout buffer's)."""

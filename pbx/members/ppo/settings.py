@@ -1,10 +1,11 @@
 """The PPO member's settings: the ProcGen paper's PPO by default, each value checked where it comes in.
 
 :class:`PPOSettings` holds every setting of :class:`~pbx.members.ppo.ppo.PPOMember`: the shared ones of
-:class:`~pbx.members.sb3.settings.SB3Settings` at the ProcGen paper's values, PPO's own, and ProcGen's
-levels; the hyperparameters among them (``PPOSettings.hyperparameters``) a search space may change while
-the agent trains. The table of valid values is :data:`~pbx.members.sb3.settings.DOMAINS`, with PPO's and
-ProcGen's rows added here, so a subclass (DrAC's) adds its own rows the same way.
+:class:`~pbx.members.sb3.settings.SB3Settings` at the ProcGen paper's values and PPO's own; the
+hyperparameters among them (``PPOSettings.hyperparameters``) a search space may change while the agent
+trains. ProcGen's levels are the env's settings, not the agent's (:class:`pbx.envs.ProcgenSettings`). The
+table of valid values is :data:`~pbx.members.sb3.settings.DOMAINS`, with PPO's rows added here, so a
+subclass (DrAC's) adds its own rows the same way.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Mapping, Optional
 
-from pbx.envs import DISTRIBUTION_MODES
 from pbx.errors import UsageError
 from pbx.members.ppo.update import VALUE_LOSSES
 from pbx.members.sb3.process import PRECISIONS
-from pbx.members.sb3.settings import C_INT, DOMAINS, Domain, SB3Settings, finite_number, non_negative_int, up_to
+from pbx.members.sb3.settings import DOMAINS, Domain, SB3Settings, finite_number
 from pbx.space import Categorical, Continuous, Space
 
 __all__ = ["PPOSettings", "check_rollouts", "finite_number", "fit_rollout"]
@@ -30,9 +30,6 @@ _DOMAINS: dict[str, Domain] = {
     "n_epochs": DOMAINS["n_steps"],
     "clip_range": (lambda v: finite_number(v) and v > 0, "a number above 0"),
     "clip_range_vf": (lambda v: v is None or (finite_number(v) and v > 0), "a number above 0 or None"),
-    "num_levels": (up_to(C_INT, non_negative_int), f"an integer from 0 to {C_INT:,}"),
-    "start_level": (up_to(C_INT, non_negative_int), f"an integer from 0 to {C_INT:,}"),
-    "distribution_mode": (lambda v: v in DISTRIBUTION_MODES, f"one of {', '.join(DISTRIBUTION_MODES)}"),
     "value_loss": (lambda v: v in VALUE_LOSSES, f"one of {', '.join(VALUE_LOSSES)}"),
     "precision": (lambda v: v in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
     "channels_last": (lambda v: isinstance(v, bool), "true or false"),
@@ -41,7 +38,7 @@ _DOMAINS: dict[str, Domain] = {
 
 @dataclass
 class PPOSettings(SB3Settings):
-    """PPO and env settings; fixed for the run unless the search space names them (see ``hyperparameters``)."""
+    """PPO's settings; fixed for the run unless the search space names them (see ``hyperparameters``)."""
 
     agent: ClassVar[str] = "PPO"
     hyperparameters: ClassVar[tuple[str, ...]] = (
@@ -93,12 +90,6 @@ class PPOSettings(SB3Settings):
     net_arch: Optional[list[int]] = None
     """The MLP policy's hidden layers, the same for the policy and the value network (SB3's ``net_arch``; the
     PB2 paper's PPO is [32, 32]); None: SB3's [64, 64]. ProcGen's IMPALA CNN has its own."""
-    num_levels: int = 200
-    """ProcGen training levels (0 = unrestricted); the test env always uses the unrestricted distribution."""
-    start_level: int = 0
-    """First ProcGen training level seed."""
-    distribution_mode: str = "easy"
-    """ProcGen difficulty, for the train and the test env."""
     eval_episodes: int = 100
     """Finished test episodes averaged by :meth:`PPOMember.evaluate`; 0 turns evaluation off."""
     precision: str = "torch"

@@ -18,7 +18,7 @@ from typing import ClassVar, Mapping
 
 from gymnasium import spaces
 
-from pbx.envs import check_env, family, observation_and_action_spaces
+from pbx.envs import EnvSettings, check_env, family, observation_and_action_spaces
 from pbx.errors import UsageError
 from pbx.members.base import Member, MemberSettings
 from pbx.members.sb3.process import check_device
@@ -129,11 +129,11 @@ class SB3Agent(Member):
         check_device(device)
 
     @classmethod
-    def validate_env(cls, env: str, settings: MemberSettings) -> None:
+    def validate_env(cls, env: str, settings: MemberSettings, env_settings: EnvSettings | None = None) -> None:
         """Settings of the MLP policy (``normalize_obs``, ``net_arch``) refused on image observations, from the
         env's observation space (one env built and closed, once a process: :func:`observation_and_action_spaces`)."""
         assert isinstance(settings, SB3Settings)
-        if observes_images(env) and (settings.normalize_obs or settings.net_arch is not None):
+        if observes_images(env, env_settings) and (settings.normalize_obs or settings.net_arch is not None):
             bad = "normalize_obs" if settings.normalize_obs else "net_arch"
             raise UsageError(f"{bad} is for MLP policies on vector observations; {env}'s observations are "
                              f"images (a CNN policy): leave {bad} at its default")
@@ -155,8 +155,9 @@ class SB3Agent(Member):
         return whole_chunks(steps, settings.n_envs * int(config.get(cls.chunk, getattr(settings, cls.chunk))))
 
 
-def observes_images(env: str) -> bool:
-    """Whether an agent on ``env`` sees images (and so trains a CNN policy), by SB3's own test of the space."""
+def observes_images(env: str, env_settings: EnvSettings | None = None) -> bool:
+    """Whether an agent on ``env`` built with ``env_settings`` (None: its family's defaults) sees images (and so
+    trains a CNN policy), by SB3's own test of the space."""
     from stable_baselines3.common.preprocessing import is_image_space
 
-    return is_image_space(observation_and_action_spaces(env)[0])
+    return is_image_space(observation_and_action_spaces(env, env_settings)[0])

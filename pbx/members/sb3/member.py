@@ -130,8 +130,8 @@ class SB3Member(Checkpointed, SB3Agent):
     def _make_env(self, n_envs: int, seed: int, *, train_levels: bool = True, render: bool = False) -> StatefulVecEnv:
         """``n_envs`` envs of the run's env seeded from ``seed``: its family's training envs, or with
         ``train_levels`` False those test episodes play."""
-        return make_env(self.context.env, n_envs, seed, train=train_levels, num_threads=self._env_threads,
-                        render=render)
+        return make_env(self.context.env, n_envs, seed, self.context.env_settings, train=train_levels,
+                        num_threads=self._env_threads, render=render)
 
     def _started(self, obs: np.ndarray) -> None:
         """Take ``obs`` (from a reset) as the first observations of new episodes in every env."""

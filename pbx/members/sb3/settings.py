@@ -44,8 +44,6 @@ typo (``n_envs=1e6``) that would exhaust memory as the member is built, after th
 MAX_COUNT = 10_000_000
 """The largest count of one update pbx takes: steps per env of a rollout or between updates, passes over a
 rollout, gradient steps per update, a minibatch (larger ones would never end a round)."""
-C_INT = 2**31 - 1
-"""The largest ProcGen level number (its C ``int``)."""
 
 
 def up_to(limit: int, test: Callable[[Any], bool] = positive_int) -> Callable[[Any], bool]:
