@@ -36,6 +36,7 @@ import signal
 import sys
 from typing import Sequence
 
+from pbx.env_section import SECTION
 from pbx.errors import ArgumentParser, UsageError, command_parser
 from pbx.fingerprint import TOYS
 from pbx.history import History
@@ -93,6 +94,16 @@ STRATEGY_FLAGS: list[tuple[tuple[str, ...], str, str]] = [
 ]
 
 
+# Flags of ProcGen's env settings (pbx.envs.ProcgenSettings), as train-procgen spells them: (flag spellings, setting
+# name, type, help). Every other env setting (Atari's, a gymnasium id's env_kwargs) is -m key=value.
+ENV_FLAGS: list[tuple[tuple[str, ...], str, type, str]] = [
+    (("--num_levels", "--num-levels"), "num_levels", int, "ProcGen: training levels, 0 for all (default: 200)"),
+    (("--start_level", "--start-level"), "start_level", int, "ProcGen: the first training level (default: 0)"),
+    (("--distribution_mode", "--distribution-mode"), "distribution_mode", str,
+     "ProcGen: easy, hard, extreme, memory or exploration (default: easy)"),
+]
+
+
 def build_parser() -> ArgumentParser:
     p = command_parser("python -m pbx.train", "Train a population (PBT, PB2, baselines) or resume one.", __doc__)
     names = _registered()
@@ -107,6 +118,8 @@ def build_parser() -> ArgumentParser:
                    help="probability that PBT's explore redraws a value from the prior (strategy resample_prob)")
     for flags, dest, text in STRATEGY_FLAGS:
         p.add_argument(*flags, dest=dest, default=None, help=text)
+    for flags, dest, kind, text in ENV_FLAGS:
+        p.add_argument(*flags, dest=dest, type=kind, default=None, help=text)
     p.add_argument("-m", dest="overrides", nargs="+", action=_Overrides, default=[], metavar="KEY=VALUE",
                    help="override any setting, e.g. -m pop_size=8 n_envs=16 (or section.key=value)")
     p.add_argument("--time-limit", "--time_limit", dest="time_limit", default=None, metavar="SECONDS",
@@ -179,12 +192,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags = {dest: getattr(args, dest) for _, dest, _, _ in RUN_FLAGS if getattr(args, dest) is not None}
     strategy = {dest: getattr(args, dest) for dest in ("resample_prob", *(d for _, d, _ in STRATEGY_FLAGS))
                 if getattr(args, dest) is not None}
+    env = {dest: getattr(args, dest) for _, dest, _, _ in ENV_FLAGS if getattr(args, dest) is not None}
     if args.resume is not None:
         refused = (["--config"] if args.config else []) + (["--run-dir"] if args.run_dir else [])
-        setup = lambda comm: resumed_run(args.resume, {**flags, **strategy}, args.overrides, comm, refused)
+        setup = lambda comm: resumed_run(args.resume, {**flags, **strategy, **env}, args.overrides, comm, refused)
     else:
-        setup = lambda comm: new_run([*config_layers(args.config), {"run": flags, "strategy": strategy}],
-                                     args.overrides, check_run_dir(args.run_dir), comm)
+        layer = {"run": flags, "strategy": strategy, **({SECTION: env} if env else {})}
+        setup = lambda comm: new_run([*config_layers(args.config), layer], args.overrides,
+                                     check_run_dir(args.run_dir), comm)
     finished: list[tuple[RunDir, History] | None] = []
     code = exit_code(lambda: finished.append(launch(setup, clock=clock)))
     if code == 0:

@@ -2,8 +2,8 @@
 anything else, and never a value no setting should hold.
 
 Every field of :class:`~pbx.settings.RunSettings`, of each registered strategy's settings
-(:data:`pbx.strategies.STRATEGIES`) and of each member's settings (each ``--algo`` of :data:`pbx.members.ALGOS`,
-DrAC's PPO, the toys) is tried through :func:`pbx.config.resolve`, as ``-m`` and the Python API give it, with a
+(:data:`pbx.strategies.STRATEGIES`), of each member's settings (each ``--algo`` of :data:`pbx.members.ALGOS`,
+DrAC's PPO, the toys) and of each task family's env settings (:data:`pbx.envs.FAMILIES`) is tried through :func:`pbx.config.resolve`, as ``-m`` and the Python API give it, with a
 value of the wrong type, an empty string and an unknown word, and where it is a number with nan, inf, a negative,
 zero, a huge value and ``1e400`` as the command line spells it. Each must be refused with a one-line
 ``UsageError``, or taken where :data:`TAKES` says that value is one the field means (``burn_in=0``,
@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import pytest
 
 from pbx.config import resolve
+from pbx.envs import FAMILIES
 from pbx.errors import UsageError
 from pbx.members import ALGOS, algo_class
 from pbx.members.ppo.drac import DrACMember
@@ -52,7 +53,8 @@ TAKES: dict[str, set[str]] = {
     "eval_episodes": {"zero"}, "eval_max_steps": {"huge"}, "gae_lambda": {"zero"},
     "ent_coef": {"zero", "huge"}, "vf_coef": {"zero", "huge"}, "aug_coef": {"zero", "huge"},
     "learning_rate": {"huge"}, "max_grad_norm": {"huge"}, "clip_range": {"huge"},
-    "num_levels": {"zero"}, "start_level": {"zero"},
+    # env settings: levels from 0, no sticky actions, no no-op start
+    "num_levels": {"zero"}, "start_level": {"zero"}, "repeat_action_probability": {"zero"}, "noop_max": {"zero"},
     "learning_starts": {"zero", "huge"}, "tau": {"zero"}, "gradient_steps": {"negative"},  # -1: one per env step
     "policy_delay": {"huge"}, "target_policy_noise": {"zero", "huge"}, "target_noise_clip": {"zero", "huge"},
     "noise_std": {"zero", "huge"}, "target_update_interval": {"huge"}, "schedule_timesteps": {"huge"},
@@ -65,6 +67,8 @@ RUN = {"env": "toy", "search": "PBT"}
 MEMBER_ENVS = {"ppo": "bigfish", "a2c": "CartPole-v1", "sac": "Pendulum-v1", "td3": "Pendulum-v1",
                "dqn": "CartPole-v1"}
 """The env each ``--algo`` is tried on."""
+FAMILY_ENVS = {"ProcGen": "bigfish", "Atari": "ALE/Pong-v5", "classic control": "CartPole-v1"}
+"""The env each family's env settings are tried on (one per settings class)."""
 SPACES = {"learning_rate": {"type": "continuous", "low": 1e-4, "high": 1e-3, "log": True},
           "gamma": {"type": "continuous", "low": 0.9, "high": 0.99}}
 """An SB3 member is tried with a space of one hyperparameter, the first of these that is not the field tried: a
@@ -105,6 +109,9 @@ def _cases() -> dict[str, tuple[str, type, dict[str, Any]]]:
         cases[f"member {algo}"] = ("member", algo_class(algo).settings_cls, layer)
     cases["member DrAC"] = ("member", DrACMember.settings_cls,
                             {"run": {**RUN, "env": "bigfish"}, "member": {"aug_coef": 0.1}})
+    for family, env in FAMILY_ENVS.items():
+        cls = next(task.settings for task in FAMILIES if task.name == family)
+        cases[f"env_settings {family}"] = ("env_settings", cls, {"run": {**RUN, "env": env}})
     cases["member toy"] = ("member", ToyMember.settings_cls, {"run": RUN})
     cases["member toy-deceptive"] = ("member", DeceptiveToyMember.settings_cls,
                                      {"run": {**RUN, "env": "toy-deceptive"}})
@@ -116,6 +123,8 @@ CASES = _cases()
 
 def test_every_agent_is_tried_and_takes_names_only_fields_tried() -> None:
     assert set(MEMBER_ENVS) == set(ALGOS), "give a new --algo an env in MEMBER_ENVS"
+    tried = {next(task.settings for task in FAMILIES if task.name == family) for family in FAMILY_ENVS}
+    assert tried == {task.settings for task in FAMILIES}, "give a new family's env settings an env in FAMILY_ENVS"
     fields = {f.name for _, cls, _ in CASES.values() for f in dataclasses.fields(cls)}
     qualified = {f"{cls.__name__}.{f.name}" for _, cls, _ in CASES.values() for f in dataclasses.fields(cls)}
     assert set(TAKES) <= fields | qualified, f"TAKES names no field: {sorted(set(TAKES) - fields - qualified)}"

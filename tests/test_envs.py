@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from procgen import ProcgenGym3Env
 
-from pbx.envs import GAMES, GymVecEnv, ProcgenVecEnv, check_env, make_env
+from pbx.envs import GAMES, GymVecEnv, ProcgenSettings, ProcgenVecEnv, check_env, make_env
 from pbx.errors import UsageError
 
 N_ENVS = 3
@@ -21,7 +21,7 @@ def random_actions(seed: int, steps: int, n_envs: int = N_ENVS) -> list[np.ndarr
 
 def test_adapter_matches_raw_procgen_step_for_step() -> None:
     """Same seed and actions: the adapter's obs are ProcGen's, channels first; rewards and ends are ProcGen's."""
-    env = make_env("bigfish", N_ENVS, seed=5, num_levels=200)
+    env = make_env("bigfish", N_ENVS, seed=5)
     raw = ProcgenGym3Env(num=N_ENVS, env_name="bigfish", num_levels=200, start_level=0, distribution_mode="easy",
                          rand_seed=5, num_threads=0)
     assert env.observation_space.shape == (3, 64, 64) and env.observation_space.dtype == np.uint8
@@ -56,7 +56,7 @@ def test_adapter_matches_raw_procgen_step_for_step() -> None:
 
 @pytest.mark.parametrize("num_levels, start_level, mode", [(200, 0, "easy"), (0, 0, "easy"), (10, 500, "hard")])
 def test_level_settings_reach_procgen(num_levels: int, start_level: int, mode: str) -> None:
-    env = make_env("bigfish", 1, seed=0, num_levels=num_levels, start_level=start_level, distribution_mode=mode)
+    env = make_env("bigfish", 1, seed=0, settings=ProcgenSettings(num_levels, start_level, mode))
     assert isinstance(env, ProcgenVecEnv)
     options = env._env.options
     assert (options["num_levels"], options["start_level"]) == (num_levels, start_level)
@@ -65,11 +65,11 @@ def test_level_settings_reach_procgen(num_levels: int, start_level: int, mode: s
 
 def test_state_round_trip_continues_bit_for_bit() -> None:
     """get_state / set_state into another env (other seed): the same future, episode sums included."""
-    env = make_env("bigfish", N_ENVS, seed=1, num_levels=200)
+    env = make_env("bigfish", N_ENVS, seed=1)
     for actions in random_actions(1, 60):
         env.step(actions)
     state = env.get_state()
-    other = make_env("bigfish", N_ENVS, seed=2, num_levels=200)
+    other = make_env("bigfish", N_ENVS, seed=2)
     other.set_state(state)
     for actions in random_actions(2, 300):
         a, b = env.step(actions), other.step(actions)

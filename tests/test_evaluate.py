@@ -108,18 +108,19 @@ def test_a_procgen_member_exports_to_what_ppo_load_reads(bigfish_run: Path, tmp_
     member.close()
 
 def test_train_levels_are_the_runs_training_levels(bigfish_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import pbx.members.ppo.ppo as ppo
+    import pbx.members.sb3.member as sb3
 
-    built: list[dict[str, Any]] = []
-    real = ppo.make_env
+    built: list[tuple[Any, bool]] = []
+    real = sb3.make_env
 
     def spy(*args: Any, **kwargs: Any) -> Any:
-        built.append(kwargs)
+        built.append((args[3], kwargs["train"]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ppo, "make_env", spy)
+    monkeypatch.setattr(sb3, "make_env", spy)
     result = evaluate_target(find_target(bigfish_run), episodes=1, levels="train", max_steps=5, device="cpu")
-    assert [(b["num_levels"], b["start_level"]) for b in built[1:]] == [(50, 0), (50, 0)]  # after the member's own
+    # after the member's own: the training levels, from the run's config.yaml
+    assert [(s.num_levels, s.start_level, train) for s, train in built[1:]] == [(50, 0, True), (50, 0, True)]
     assert result.levels == "train" and result.scores["stochastic"].count == 1
 
 

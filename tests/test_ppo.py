@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from pbx.config import SEARCH_SPACES, resolve
+from pbx.envs import EnvSettings, ProcgenSettings
 from pbx.errors import UsageError
 from pbx.members.base import Diverged, MemberContext
 from pbx.members.ppo.ppo import PPOMember, PPOSettings
@@ -79,9 +80,10 @@ gymnasium.register(ENDLESS_IMAGE, entry_point=ActionPaysEnv, kwargs={"length": 0
 
 
 def make_member(seed: int = 0, env: str = "bigfish", config: dict[str, Any] | None = None,
-                log_dir: Path | None = None, index: int | None = None, **settings: Any) -> PPOMember:
+                log_dir: Path | None = None, index: int | None = None, env_settings: EnvSettings | None = None,
+                **settings: Any) -> PPOMember:
     context = MemberContext(env=env, index=seed if index is None else index, seed=seed, device="cpu",
-                            log_dir=log_dir)
+                            log_dir=log_dir, env_settings=env_settings)
     return PPOMember(context, PPOSettings(**{**TINY, **settings}), dict(config or PROCGEN_CONFIG))
 
 
@@ -559,7 +561,7 @@ def test_train_and_test_envs_get_their_level_settings(monkeypatch: pytest.Monkey
         return real(*args, **kwargs)
 
     monkeypatch.setattr(families, "ProcgenVecEnv", spy)
-    member = make_member(seed=7, num_levels=50, start_level=1000, distribution_mode="hard")
+    member = make_member(seed=7, env_settings=ProcgenSettings(num_levels=50, start_level=1000, distribution_mode="hard"))
     member.evaluate(0)
     train, test = calls
     assert (train["num_levels"], train["start_level"], train["distribution_mode"]) == (50, 1000, "hard")
@@ -610,7 +612,6 @@ def test_a_minibatch_that_does_not_divide_the_fixed_rollout_is_a_usage_error() -
 
 @pytest.mark.parametrize("settings, match", [
     ({"gamma": 0.0}, "gamma must be in \\(0, 1\\], got 0.0"),
-    ({"distribution_mode": "medium"}, "distribution_mode must be one of easy, hard"),
     ({"eval_episodes": -1}, "eval_episodes must be an integer from 0 to 65,536 \\(0: no evaluation\\), got -1"),
     ({"value_loss": "baselines"}, "value_loss must be one of reference, sb3, got 'baselines'"),
     ({"clip_range_vf": 0.3}, "clip_range_vf=0.3 has no effect with value_loss: reference"),

@@ -42,7 +42,7 @@ PUBLISHED_PPO: dict[str, tuple[float, float, float, float]] = {
 """train-procgen's PPO per game: (train mean, sd, test mean, sd) over 3 seeds of ``eprewmean`` at the first
 logged step >= 25M (``results/easy-200-run{0,1,2}``, commit 1a2ae21)."""
 PUBLISHED_SETTING = {"distribution_mode": "easy", "num_levels": 200, "start_level": 0}
-"""The member settings of train-procgen's protocol; its budget is :data:`PUBLISHED_BUDGET` steps."""
+"""The env settings of train-procgen's protocol; its budget is :data:`PUBLISHED_BUDGET` steps."""
 PUBLISHED_BUDGET = 25_000_000
 PUBLISHED_LABEL = "PPO, published"
 PUBLISHED_NOTE = (
@@ -64,7 +64,7 @@ class Ranges:
         env = runs[0].env
         if env in self.given:
             return self.given[env]
-        if env in EASY_RANGES and all(run.member.get("distribution_mode") == "easy" for run in runs):
+        if env in EASY_RANGES and all(run.env_settings.get("distribution_mode") == "easy" for run in runs):
             return EASY_RANGES[env]
         return None
 
@@ -97,5 +97,5 @@ def published_for(runs: Sequence[Run]) -> tuple[float, float, float, float] | No
     if env not in PUBLISHED_PPO:
         return None
     same = all(int(run.config["run"].get("max_budget") or 0) == PUBLISHED_BUDGET
-               and all(run.member.get(key) == value for key, value in PUBLISHED_SETTING.items()) for run in runs)
+               and all(run.env_settings.get(key) == value for key, value in PUBLISHED_SETTING.items()) for run in runs)
     return PUBLISHED_PPO[env] if same else None

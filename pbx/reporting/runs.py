@@ -18,6 +18,7 @@ import pandas as pd
 
 from pbx.config import StoredRun
 from pbx.curves import read_curves
+from pbx.env_section import MOVED, SECTION
 from pbx.errors import UsageError
 from pbx.history import complete_rounds, read_csv, restart_marks
 from pbx.standings import results
@@ -75,6 +76,14 @@ class Run:
     @property
     def member(self) -> dict[str, Any]:
         return self.config.get("member") or {}
+
+    @property
+    def env_settings(self) -> dict[str, Any]:
+        """The env's settings as recorded (a run from before they had a section of their own: ProcGen's levels in
+        its ``member`` section, :mod:`pbx.env_section`)."""
+        if SECTION in self.config:
+            return self.config[SECTION] or {}
+        return {key: value for key, value in self.member.items() if key in MOVED}
 
     @property
     def finished(self) -> bool:
