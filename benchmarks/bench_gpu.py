@@ -129,9 +129,8 @@ def build(setting: Setting, env: str, device: str, value_loss: str, precision: s
                            value_loss=value_loss, eval_episodes=0, precision=precision, channels_last=channels_last)
     member = PPOMember(MemberContext(env=env, index=0, seed=0, device=device), settings, CONFIG)
     # The member picks ProcGen's thread count (and torch's); the plain run gets the same env so only pbx differs.
-    venv = VecNormalize(make_env(env, s.n_envs, 0, num_levels=settings.num_levels, start_level=settings.start_level,
-                                 distribution_mode=settings.distribution_mode, num_threads=member._env_threads),
-                        norm_obs=False, gamma=settings.gamma)
+    venv = VecNormalize(make_env(env, s.n_envs, 0, num_threads=member._env_threads), norm_obs=False,
+                        gamma=settings.gamma)
     kwargs: dict[str, Any] = dict(
         learning_rate=CONFIG["learning_rate"], n_steps=s.n_steps, batch_size=s.batch_size, n_epochs=N_EPOCHS,
         gamma=settings.gamma, gae_lambda=settings.gae_lambda, clip_range=CONFIG["clip_range"],

@@ -39,7 +39,7 @@ from typing import Callable, ClassVar
 import numpy as np
 
 # pbx first: it silences the banner that importing procgen / SB3 would print (see pbx.envs).
-from pbx.envs import ProcgenVecEnv  # isort: skip
+from pbx.envs import ProcgenSettings, ProcgenVecEnv  # isort: skip
 from procgen import ProcgenEnv
 from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -109,7 +109,7 @@ def member_vs_sb3(repeats: int) -> Row:
     steps = ROLLOUTS_PER_CALL * s.n_envs * s.n_steps
     member = PPOMember(MemberContext(env=GAME, index=0, seed=0, device="cpu"), s, CONFIG)
     # The member picks ProcGen's thread count; the plain run gets the same env so only pbx differs.
-    env = VecNormalize(ProcgenVecEnv(GAME, s.n_envs, seed=0, num_levels=s.num_levels,
+    env = VecNormalize(ProcgenVecEnv(GAME, s.n_envs, seed=0, num_levels=ProcgenSettings().num_levels,
                                      num_threads=member._env_threads), norm_obs=False, gamma=s.gamma)
     plain = PPO(ImpalaPolicy, env, learning_rate=CONFIG["learning_rate"], n_steps=s.n_steps,
                 batch_size=s.batch_size, n_epochs=s.n_epochs, gamma=s.gamma, gae_lambda=s.gae_lambda,

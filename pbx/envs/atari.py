@@ -4,7 +4,8 @@ Each env is the v5 game with its own frame skip off (``frameskip=1``; v5's stick
 Machado et al. protocol the v5 ids stand for) under SB3's :class:`AtariWrapper`: up to 30 no-op actions
 at a reset, each action repeated on 4 frames with the last two max-pooled, 84x84 grey frames, a lost
 life ends a training episode (not a test one), rewards clipped to their sign; then the last 4 frames
-stacked, as rl-zoo's ``atari`` rows do (``env_wrapper: AtariWrapper``, ``frame_stack: 4``). SB3's
+stacked, as rl-zoo's ``atari`` rows do (``env_wrapper: AtariWrapper``, ``frame_stack: 4``). Those are the
+defaults of :class:`AtariSettings`, a run's ``env_settings``. SB3's
 ``Monitor`` sits under the wrappers, so an episode's score is the game's, unclipped, over all its lives.
 
 The state of each env is the emulator's (``cloneState(include_rng=True)``: RAM, frame counters,
