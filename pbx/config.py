@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 import yaml
 
 from pbx import env_section
-from pbx.env_section import MOVED
+from pbx.config_input import Input, merge, route
 from pbx.errors import UsageError
 from pbx.files import durable_write
 from pbx.fingerprint import PROVENANCE, run_record
-from pbx.settings import MAX_MEMBERS, RunSettings, build, field_names, parse_override
+from pbx.settings import MAX_MEMBERS, RunSettings, build, field_names
 from pbx.history import RESULT_ROLE
 from pbx.plan import MAX_ROUNDS, Rules
 from pbx.members import Member, MemberSettings, member_class, space_file
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 
 SEARCH_SPACES = Path(__file__).resolve().parent / "search_spaces"
 """The shipped search spaces: package data, so a non-editable install finds them too."""
-SECTIONS = ("run", env_section.SECTION, "strategy", "member")
 
 
 @dataclass
@@ -151,32 +150,12 @@ def resolve(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str] = (), 
     whose memory (an off-policy agent's replay buffer) must be there; None: the run's population,
     as training builds it (``pbx.evaluate`` and ``pbx.export`` build one member).
     """
-    given = _merge(layers, overrides)
+    given = merge(layers, overrides)
     choice = _choose(given)
     cfg = _build(_sections(given, choice), choice, given.member_input)
     _check_rounds(cfg)
     _check_population(cfg, choice.env, builds)
     return cfg
-
-
-@dataclass
-class _Input:
-    """The layers and overrides merged, before the sections are known: a flat key's section depends on the
-    strategy and member, which the input itself names."""
-
-    merged: dict[str, dict[str, Any]]
-    """Each section's keys, as the layers' sections gave them."""
-    flat: dict[str, Any]
-    """Flat and dotted keys, the overrides last."""
-    space_spec: Any
-    """The last inline space (a resolved config.yaml's), or None."""
-    named_space: bool
-    """Whether a space file is named after the inline space (a flag or -m on a resolved config.yaml)."""
-    member_input: dict[str, tuple[Any, bool]]
-    """Possible member settings the input sets: value, and whether a run's own config.yaml holds it."""
-    moved: dict[str, bool] = field(default_factory=dict)
-    """Env settings given in a ``member`` section (:data:`pbx.env_section.MOVED`), and whether a run's own
-    config.yaml holds each."""
 
 
 class _Choice(NamedTuple):
@@ -194,42 +173,7 @@ class _Choice(NamedTuple):
     space: Space
 
 
-def _merge(layers: Sequence[Mapping[str, Any]], overrides: Sequence[str]) -> _Input:
-    """The layers, later winning, then the ``-m`` overrides. Section keys are kept apart from flat ones: a flat
-    key's section is known only once the input's strategy and member are (:func:`_sections` routes it)."""
-    given = _Input({s: {} for s in SECTIONS}, {}, None, False, {})
-    for layer in layers:
-        inline = isinstance(layer.get("space"), Mapping)
-        for key, value in layer.items():
-            if key in SECTIONS:
-                if not isinstance(value, Mapping):
-                    raise UsageError(f"config section {key!r} must be a mapping, got {value!r}")
-                if key == "member":  # a config.yaml written before the env settings had their own section
-                    given.moved.update({name: inline for name in MOVED if name in value})
-                    given.merged[env_section.SECTION].update({k: v for k, v in value.items() if k in MOVED})
-                    value = {k: v for k, v in value.items() if k not in MOVED}
-                    given.member_input.update({name: (v, inline) for name, v in value.items()})
-                given.merged[key].update(value)
-            elif key == "space" and inline:
-                given.space_spec = value
-            elif key == PROVENANCE:
-                if not isinstance(value, Mapping):
-                    raise UsageError(f"config section {key!r} (the pbx that started the run) must be a mapping of "
-                                     f"version, commit and code, got {value!r}")
-            else:
-                given.flat[key] = value
-                given.member_input[key.removeprefix("member.")] = (value, False)
-        names = "space" in layer or "space" in (layer.get("run") or {})
-        given.named_space = False if inline else given.named_space or names
-    for item in overrides:
-        key, value = parse_override(item)
-        given.flat[key] = value
-        given.member_input[key.removeprefix("member.")] = (value, False)
-        given.named_space |= key in ("space", "run.space")
-    return given
-
-
-def _choose(given: _Input) -> _Choice:
+def _choose(given: Input) -> _Choice:
     """The env, search and space, and from them the strategy and member classes, whose defaults then fill the
     ``run`` section under the input.
 
@@ -258,7 +202,7 @@ def _choose(given: _Input) -> _Choice:
     return _Choice(env, search, run_raw, env_settings, strat_cls, member_cls, space_source, space)
 
 
-def _sections(given: _Input, choice: _Choice) -> dict[str, dict[str, Any]]:
+def _sections(given: Input, choice: _Choice) -> dict[str, dict[str, Any]]:
     """Each section's raw settings: its defaults, its own keys, then each flat key routed to the one section
     that has it (:func:`_route`); a key no section has is refused with the section's valid names."""
     sections = {"run": RunSettings, "strategy": choice.strategy_cls.settings_cls,
@@ -267,7 +211,7 @@ def _sections(given: _Input, choice: _Choice) -> dict[str, dict[str, Any]]:
     raw = {"run": choice.run_raw, "strategy": dict(given.merged["strategy"]),
            "member": {**choice.member_cls.setting_defaults(choice.env), **given.merged["member"]}}
     for key, value in given.flat.items():
-        section, name = _route(key, routed, choice.search, choice.env)
+        section, name = route(key, routed, choice.search, choice.env)
         if section in raw:  # the env's settings are made first (_choose)
             raw[section][name] = canonical_search(value) if (section, name) == ("run", "search") else value
     for section, cls in sections.items():
@@ -391,24 +335,6 @@ def _refuse_searched(given: Mapping[str, tuple[Any, bool]], settings_cls: type, 
         if name in space.params and name in defaults and not (recorded and value == defaults[name]):
             raise UsageError(f"{name}={value} has no effect: {name} is in the search space ({space_source}), which "
                              f"sets it per member; set its default in the space file, or remove it from the space")
-
-
-def _route(key: str, sections: Mapping[str, type], search: str, env: str) -> tuple[str, str]:
-    """Find the section of a flat or dotted ``-m`` key."""
-    if "." in key:
-        section, name = key.split(".", 1)
-        if section not in sections:
-            raise UsageError(f"unknown config section {section!r} in {key!r}; use one of {list(sections)}")
-        return section, name
-    matches = [s for s, cls in sections.items() if key in field_names(cls)]
-    if not matches:
-        valid = sorted(set().union(*(field_names(c) for c in sections.values())))
-        raise UsageError(env_section.refusal(key, env)
-                         or f"unknown key {key!r} for --search {search} --env {env}; valid keys: {', '.join(valid)}")
-    if len(matches) > 1:
-        raise UsageError(f"{key!r} is a setting of the {' and the '.join(matches)} sections; "
-                         f"say which: {', '.join(f'{s}.{key}' for s in matches)}")
-    return matches[0], key
 
 
 def _load_space(named: Any, default: Callable[[], str], spec: Any) -> tuple[str, Space]:

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 import pbx
-from pbx.config import _route, resolve
+from pbx.config import resolve
+from pbx.config_input import route
 from pbx.settings import load_yaml
 from pbx.errors import UsageError
 from pbx.fingerprint import code_hash, differing_keys, env_sources, provenance
@@ -47,8 +48,8 @@ def test_a_key_of_two_sections_needs_its_section() -> None:
     two = dataclasses.make_dataclass("Two", [("seed", int)])
     with pytest.raises(UsageError, match="'seed' is a setting of the run and the member sections; say which: "
                                          "run.seed, member.seed"):
-        _route("seed", {"run": one, "member": two}, "PBT", "toy")
-    assert _route("member.seed", {"run": one, "member": two}, "PBT", "toy") == ("member", "seed")
+        route("seed", {"run": one, "member": two}, "PBT", "toy")
+    assert route("member.seed", {"run": one, "member": two}, "PBT", "toy") == ("member", "seed")
 
 
 @pytest.mark.parametrize("layer, overrides", [
