@@ -170,7 +170,12 @@ def parse_override(item: str) -> tuple[str, Any]:
         raise UsageError(f"-m takes key=value items, got {item!r} (e.g. -m n_envs=16; "
                          f"the reference code's -mb, -tr, -b, -s, -sd are --max_budget, --t_ready, --batchsize, "
                          f"--search, --seed here)")
-    return key.strip(), yaml.safe_load(value) if value.strip() else ""
+    try:
+        return key.strip(), yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError as err:  # "env_kwargs={x:" (a mapping a shell split at its space)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UsageError(f"-m {item!r}: the value is not YAML ({problem}); quote an item with spaces, e.g. "
+                         f"-m \"env_kwargs={{continuous: true}}\"") from None
 
 
 def build(cls: type, raw: Mapping[str, Any]) -> Any:

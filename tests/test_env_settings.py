@@ -21,7 +21,7 @@ from pbx.envs import AtariSettings, GymSettings, ProcgenSettings, make_env
 from pbx.errors import UsageError
 from pbx.history import read_csv
 from pbx.runners.start import resumed_run
-from pbx.settings import load_yaml
+from pbx.settings import load_yaml, parse_override
 from pbx.train import ENV_FLAGS, main
 
 OLD = Path(__file__).resolve().parent / "fixtures" / "old_layout"
@@ -71,6 +71,11 @@ def test_an_env_setting_its_family_has_not_is_one_line(argv: list[str], message:
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}"), err
     assert err.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+def test_a_mapping_a_shell_split_is_one_line_not_a_yaml_traceback() -> None:
+    with pytest.raises(UsageError, match=r"^-m 'env_kwargs=\{x:': the value is not YAML \(.*\); quote an item"):
+        parse_override("env_kwargs={x:")  # -m env_kwargs={x: 1} unquoted
 
 
 def test_the_flags_are_procgens_settings() -> None:
