@@ -15,6 +15,7 @@ its row, is written. Nothing trains: a few thousand resolves, a few seconds.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import shutil
 import types
@@ -110,8 +111,9 @@ def _cases() -> dict[str, tuple[str, type, dict[str, Any]]]:
     cases["member DrAC"] = ("member", DrACMember.settings_cls,
                             {"run": {**RUN, "env": "bigfish"}, "member": {"aug_coef": 0.1}})
     for family, env in FAMILY_ENVS.items():
-        cls = next(task.settings for task in FAMILIES if task.name == family)
-        cases[f"env_settings {family}"] = ("env_settings", cls, {"run": {**RUN, "env": env}})
+        task = next(task for task in FAMILIES if task.name == family)
+        if task.simulator is None or importlib.util.find_spec(task.simulator) is not None:  # Atari: the extra
+            cases[f"env_settings {family}"] = ("env_settings", task.settings, {"run": {**RUN, "env": env}})
     cases["member toy"] = ("member", ToyMember.settings_cls, {"run": RUN})
     cases["member toy-deceptive"] = ("member", DeceptiveToyMember.settings_cls,
                                      {"run": {**RUN, "env": "toy-deceptive"}})

@@ -5,6 +5,7 @@ in one line for another family's env, and reaching the envs; a run folder writte
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 from typing import Any
@@ -29,12 +30,14 @@ OLD = Path(__file__).resolve().parent / "fixtures" / "old_layout"
 TINY = ["--search", "none", "--batchsize", "1", "--t_ready", "32", "--max_budget", "32", "--device", "cpu",
         "-m", "n_envs=1", "n_steps=32", "batch_size=32", "n_epochs=1", "eval_episodes=0"]
 LEVELS = ("num_levels", "start_level", "distribution_mode")
+atari = pytest.mark.skipif(importlib.util.find_spec("ale_py") is None, reason="needs the atari extra (ale-py)")
 
 
 def _config(run_dir: Path) -> dict[str, Any]:
     return yaml.safe_load((run_dir / "config.yaml").read_text())
 
 
+@atari
 def test_a_pong_run_records_atari_settings_and_no_levels(tmp_path: Path) -> None:
     assert main(["--env", "ALE/Pong-v5", *TINY, "frame_skip=2", "--run-dir", str(tmp_path / "pong")]) == 0
     config = _config(tmp_path / "pong")
@@ -52,15 +55,16 @@ def test_a_bigfish_run_records_its_levels_from_the_flags(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--env", "ALE/Pong-v5", "--num_levels", "5"],
-     "num_levels is an env setting of the ProcGen family, not of ALE/Pong-v5 (Atari), whose env settings are "
-     "repeat_action_probability, frame_skip, frame_stack, noop_max, terminal_on_life_loss, clip_reward"),
+    pytest.param(["--env", "ALE/Pong-v5", "--num_levels", "5"],
+                 "num_levels is an env setting of the ProcGen family, not of ALE/Pong-v5 (Atari), whose env settings "
+                 "are repeat_action_probability, frame_skip, frame_stack, noop_max, terminal_on_life_loss, "
+                 "clip_reward", marks=atari),
     (["--env", "bigfish", "-m", "frame_skip=2"], "frame_skip is an env setting of the Atari family, not of bigfish "
                                                  "(ProcGen), whose env settings are num_levels, start_level"),
     (["--env", "toy", "--distribution_mode", "hard"], "toy trains its own member, whose env takes no env settings"),
     (["--env", "bigfish", "--num_levels", "-1"], "num_levels must be an integer from 0 to 2,147,483,647"),
-    (["--env", "ALE/Pong-v5", "-m", "repeat_action_probability=1.5"], "repeat_action_probability must be a "
-                                                                      "probability in [0, 1], got 1.5"),
+    pytest.param(["--env", "ALE/Pong-v5", "-m", "repeat_action_probability=1.5"],
+                 "repeat_action_probability must be a probability in [0, 1], got 1.5", marks=atari),
     (["--env", "CartPole-v1", "-m", "env_kwargs={length: 3}"], "env_kwargs {'length': 3}: CartPole-v1 cannot be "
                                                                "made with them (TypeError"),
     (["--env", "CartPole-v1", "-m", "env_kwargs={render_mode: human}"], "env_kwargs may not set render_mode"),
@@ -82,6 +86,7 @@ def test_the_flags_are_procgens_settings() -> None:
     assert [dest for _, dest, _, _ in ENV_FLAGS] == list(LEVELS) == list(ProcgenSettings.__dataclass_fields__)
 
 
+@atari
 def test_atari_settings_reach_the_wrappers() -> None:
     settings = AtariSettings(repeat_action_probability=0.0, frame_skip=2, frame_stack=3, noop_max=0,
                              terminal_on_life_loss=True)
