@@ -3,6 +3,8 @@
 Both kinds report finished episodes as ``info["episode"] = {"r", "l"}``; those whose
 family allows it (:mod:`pbx.envs.families`) save and restore their full state
 (``get_state`` / ``set_state``), which a member's checkpoint needs to continue bit for bit.
+Each is built as its family's env settings say (:mod:`pbx.envs.settings`: ProcGen's levels,
+Atari's wrappers, a gymnasium id's ``env_kwargs``), a run's ``env_settings`` section.
 """
 
 from __future__ import annotations
