@@ -204,7 +204,7 @@ def _choose(given: Input) -> _Choice:
 
 def _sections(given: Input, choice: _Choice) -> dict[str, dict[str, Any]]:
     """Each section's raw settings: its defaults, its own keys, then each flat key routed to the one section
-    that has it (:func:`_route`); a key no section has is refused with the section's valid names."""
+    that has it (:func:`pbx.config_input.route`); a key no section has is refused with the section's valid names."""
     sections = {"run": RunSettings, "strategy": choice.strategy_cls.settings_cls,
                 "member": choice.member_cls.settings_cls}
     routed = {**sections, **({} if choice.env_settings is None else {env_section.SECTION: type(choice.env_settings)})}

@@ -2,11 +2,11 @@
 (:class:`pbx.envs.EnvSettings`), read from today's layout and from the one before it.
 
 A run on an env a family holds records the family's settings (ProcGen's levels, Atari's wrappers, a gymnasium
-id's ``env_kwargs``); a toy's or a registered member's env has none, and its run no section. Before 2026-12-06 ProcGen's
-levels were PPO's member settings, which every PPO run recorded (``num_levels: 200`` on Pong too): such a run's
-``config.yaml`` holds them under ``member``. Read back, they move to this section where the family has them and are
-dropped where it has not (they never reached the env); given as input (an experiment file's ``member:``) they move
-too, and one the env's family has not is refused as any other setting it has not.
+id's ``env_kwargs``); a toy's or a registered member's env has none, and its run no section. Before 2026-12-06
+ProcGen's levels were PPO's member settings, which every PPO run recorded (``num_levels: 200`` on Pong too): such
+a run's ``config.yaml`` holds them under ``member``. Read back, they move to this section where the family has them
+and are dropped where it has not (they never reached the env); given as input (an experiment file's ``member:``)
+they move too, and one the env's family has not is refused as any other setting it has not.
 
 The families live in :mod:`pbx.envs`, which imports the simulators and SB3: it is imported only for an env that is
 no toy's, so a toy run never pays for torch.
@@ -14,6 +14,7 @@ no toy's, so a toy run never pays for torch.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Mapping
 
 from pbx.errors import UsageError
@@ -32,8 +33,6 @@ def settings_names(env: str) -> tuple[str, ...]:
     family holds raises the :class:`UsageError` that names what ``--env`` takes."""
     if own_member(env):
         return ()
-    import dataclasses
-
     from pbx.envs import family
 
     return tuple(f.name for f in dataclasses.fields(family(env).settings))
