@@ -5,11 +5,11 @@ Every field of :class:`~pbx.settings.RunSettings`, of each registered strategy's
 (:data:`pbx.strategies.STRATEGIES`), of each member's settings (each ``--algo`` of :data:`pbx.members.ALGOS`,
 DrAC's PPO, the toys) and of each task family's env settings (:data:`pbx.envs.FAMILIES`) is tried through
 :func:`pbx.config.resolve`, as ``-m`` and the Python API give it, with a value of the wrong type, an empty string
-and an unknown word, and where it is a number with nan, inf, a negative, zero, a huge value and ``1e400`` as the command line spells it. Each must be refused with a one-line
-``UsageError``, or taken where :data:`TAKES` says that value is one the field means (``burn_in=0``,
-``patience`` past any run's length); what is taken is checked to be what was asked, and finite. A field added
-tomorrow is tried the same way, and a value it takes that no row here names fails the test until its check, or
-its row, is written. Nothing trains: a few thousand resolves, a few seconds.
+and an unknown word, and where it is a number with nan, inf, a negative, zero, a huge value and ``1e400`` as the
+command line spells it. Each must be refused with a one-line ``UsageError``, or taken where :data:`TAKES` says
+that value is one the field means (``burn_in=0``, ``patience`` past any run's length); what is taken is checked
+to be what was asked, and finite. A field added tomorrow is tried the same way, and a value it takes that no row
+here names fails the test until its check, or its row, is written. Nothing trains: a few thousand resolves, a few seconds.
 """
 
 from __future__ import annotations
