@@ -419,9 +419,9 @@ def test_evaluation_uses_the_rounds_seed_and_can_be_off(monkeypatch: pytest.Monk
     b.model.policy.load_state_dict(a.model.policy.state_dict())  # the same policy in two members
     assert a.evaluate(7) == b.evaluate(7)  # same round seed: same levels, same actions, same score
     off = make_member(seed=3, eval_episodes=0)
-    import pbx.members.ppo.ppo as ppo
+    import pbx.members.sb3.member as sb3
 
-    monkeypatch.setattr(ppo, "make_env", lambda *a, **k: pytest.fail("evaluation is off: no env to build"))
+    monkeypatch.setattr(sb3, "make_env", lambda *a, **k: pytest.fail("evaluation is off: no env to build"))
     assert math.isnan(off.evaluate(7))
 
 
