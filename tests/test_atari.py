@@ -220,7 +220,8 @@ def test_the_exported_pong_member_plays_in_plain_sb3_as_its_test_episodes_play(d
     capsys.readouterr()
     assert export.main([str(dqn_pong), "--out", str(tmp_path / "export")]) == 0
     out = capsys.readouterr().out
-    assert yaml.safe_load((tmp_path / "export" / "env.yaml").read_text())["env_kwargs"] == {"frameskip": 1}
+    recorded = yaml.safe_load((tmp_path / "export" / "env.yaml").read_text())["env_kwargs"]
+    assert recorded == {"frameskip": 1, "repeat_action_probability": 0.25}  # the run's env settings
     code = out[out.index("import gymnasium"):]
     member = find_target(dqn_pong).load_member("cpu")
     venv = make_env("ALE/Pong-v5", 1, 0, train=False)
