@@ -18,7 +18,7 @@ from gymnasium import spaces
 from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, MaxAndSkipEnv, NoopResetEnv
 
 from pbx.config import resolve
-from pbx.envs import AtariSettings, GymSettings, ProcgenSettings, make_env
+from pbx.envs import AtariSettings, GymSettings, ProcgenSettings, family, make_env
 from pbx.errors import UsageError
 from pbx.history import read_csv
 from pbx.runners.start import resumed_run
@@ -98,6 +98,10 @@ def test_atari_settings_reach_the_wrappers() -> None:
     assert MaxAndSkipEnv in wrappers and NoopResetEnv not in wrappers and EpisodicLifeEnv in wrappers
     assert next(w for w in _chain(game) if isinstance(w, MaxAndSkipEnv))._skip == 2
     assert EpisodicLifeEnv not in [type(w) for w in _chain(test.venv.envs[0])]  # test episodes play whole games
+    exported = family("ALE/Pong-v5").plain("ALE/Pong-v5", settings).record()  # env.yaml of an exported member
+    assert exported["env_kwargs"]["repeat_action_probability"] == 0.0 and exported["frame_stack"] == 3
+    assert exported["env_wrapper"]["stable_baselines3.common.atari_wrappers.AtariWrapper"] == {
+        "noop_max": 0, "frame_skip": 2, "clip_reward": True, "terminal_on_life_loss": False}
     default = make_env("ALE/Pong-v5", 1, 0)
     assert default.venv.envs[0].unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
     for venv in (train, test, default):
@@ -139,6 +143,9 @@ def test_env_kwargs_make_the_users_env_and_decide_which_agent_acts_in_it() -> No
     venv = make_env("pbx-test/Switch-v0", 2, 0, cfg.env_settings)
     assert isinstance(venv.action_space, spaces.Box)
     venv.close()
+    plain = family("pbx-test/Switch-v0").plain
+    assert plain is not None and plain("pbx-test/Switch-v0", cfg.env_settings).record()["env_kwargs"] == {
+        "continuous": True}  # what an exported member's env.yaml gives make_vec_env
 
 
 def test_a_run_folder_written_before_the_env_settings_resumes(tmp_path: Path) -> None:
