@@ -186,7 +186,7 @@ class Strategy(ABC):
         """Whether the runner scores each member's state before a generation's first round trains (round 0, a
         restart round: the history's ``start_score``, :meth:`pbx.members.Member.score_state`), one evaluation
         per member of the round. No by default; BG-PBT's and IPBT's GP learns the first round's improvement
-        from it (:attr:`~pbx.strategies.generations.GenerationalSettings.first_explore`)."""
+        from it (:attr:`~pbx.strategies.generational.base.GenerationalSettings.first_explore`)."""
         return False
 
     def initial_configs(self, space: Space, pop_size: int, rng: np.random.Generator) -> list[Config]:
