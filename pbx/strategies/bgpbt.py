@@ -65,17 +65,16 @@ class BGPBTSettings(GenerationalSettings):
         check_choices(self, last_rounds=("extend", "cut"), restart_search=RESTART_SEARCHES)
 
 
-class BGPBT(RestartBO):
+class BGPBT(RestartBO[BGPBTSettings]):
     name = "BGPBT"
     settings_cls = BGPBTSettings
-    settings: BGPBTSettings
 
     @classmethod
     def run_defaults(cls) -> dict[str, object]:
         return {"quantile": 0.125}
 
     @classmethod
-    def last_rounds(cls, settings: BGPBTSettings) -> str:  # type: ignore[override]
+    def last_rounds(cls, settings: BGPBTSettings) -> str:
         return settings.last_rounds
 
     def restart_due(self, history: History) -> bool:

@@ -115,22 +115,21 @@ class IPBTSettings(GenerationalSettings):
                              "either (the reference's are 0.2 and 0.1)")
 
 
-class IPBT(RestartBO):
+class IPBT(RestartBO[IPBTSettings]):
     name = "IPBT"
     settings_cls = IPBTSettings
-    settings: IPBTSettings
     resets_weights = True
 
     @classmethod
-    def restart_size(cls, settings: IPBTSettings, pop_size: int) -> int:  # type: ignore[override]
+    def restart_size(cls, settings: IPBTSettings, pop_size: int) -> int:
         return settings.init_factor * pop_size
 
     @classmethod
-    def round_growth(cls, settings: IPBTSettings) -> float:  # type: ignore[override]
+    def round_growth(cls, settings: IPBTSettings) -> float:
         return settings.step_factor
 
     @classmethod
-    def last_rounds(cls, settings: IPBTSettings) -> str:  # type: ignore[override]
+    def last_rounds(cls, settings: IPBTSettings) -> str:
         return settings.last_rounds
 
     @classmethod

@@ -59,7 +59,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 from scipy import linalg
@@ -191,13 +191,15 @@ class RoundPlan:
     """Intervals in the window per category tuple that ran (``space.categorical`` order)."""
 
 
-class PB2(PBT):
+PB2SettingsT = TypeVar("PB2SettingsT", bound=PB2Settings)
+
+
+class PB2(PBT[PB2SettingsT]):
     """PBT's exploit, GP-bandit explore: one GP fit per round (per category for ``exp3_dep``), one UCB
     maximisation per recipient."""
 
     name = "PB2"
     settings_cls = PB2Settings
-    settings: PB2Settings
 
     def decide(self, history: History, space: Space, rng: np.random.Generator) -> list[Decision]:
         """As :meth:`ExploitExplore.decide`, with BLAS held to one thread.

@@ -106,15 +106,14 @@ class Ended(NamedTuple):
     info: dict[str, float] = {}
 
 
-class FIRE(PBT):
+class FIRE(PBT[FIRESettings]):
     """P1: PBT on the score; P2, ...: PBT on the evaluators' fitness; evaluators hand better weights to P1."""
 
     name = "FIRE"
     settings_cls = FIRESettings
-    settings: FIRESettings
 
     @classmethod
-    def roles(cls, settings: FIRESettings, pop_size: int) -> tuple[str, ...]:  # type: ignore[override]
+    def roles(cls, settings: FIRESettings, pop_size: int) -> tuple[str, ...]:
         """``pop1`` for P1's members (the first), ``pop2``, ... for the parent sub-populations, ``eval`` for the
         evaluators (the last)."""
         evaluators = settings.evaluators if settings.evaluators is not None else max(

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -234,14 +235,15 @@ def generation_start(history: History) -> int:
     return int(marked.max()) if len(marked) else 0
 
 
-class Generational(PB2):
+GenerationalSettingsT = TypeVar("GenerationalSettingsT", bound=GenerationalSettings)
+
+
+class Generational(PB2[GenerationalSettingsT]):
     """BG-PBT's and IPBT's shared round: the cut of a larger population, then a restart or PBT's exploit with
     trust-region BO explore."""
 
-    settings: GenerationalSettings
-
     @classmethod
-    def initial_size(cls, settings: GenerationalSettings, pop_size: int) -> int:  # type: ignore[override]
+    def initial_size(cls, settings: GenerationalSettingsT, pop_size: int) -> int:
         return settings.init_factor * pop_size
 
     @property

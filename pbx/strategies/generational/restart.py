@@ -30,7 +30,7 @@ from pbx.standings import rank_best_first
 from pbx.space import Config, Space
 from pbx.strategies.bayes.acquisition import Acquisition
 from pbx.strategies.bayes.gp import Posterior, Scale, quiet
-from pbx.strategies.generational.base import Generational, copula
+from pbx.strategies.generational.base import Generational, GenerationalSettingsT, copula
 from pbx.strategies.pb2 import MIN_ROWS
 from pbx.strategies.pbt import perturb
 
@@ -68,7 +68,7 @@ def generation_of(frame: pd.DataFrame) -> pd.Series:
     return frame["round"].map(marks)
 
 
-class RestartBO(Generational):
+class RestartBO(Generational[GenerationalSettingsT]):
     """A generational strategy whose restarts pick their configs by BO across the finished generations."""
 
     def across_generations(self, history: History, space: Space, count: int, centre: tuple[Config, float],
