@@ -23,7 +23,7 @@ from pbx.runners.start import launch, new_run
 from pbx.schedule import plan_replay
 from pbx.space import Continuous, Space
 from pbx.strategies import FIRE, FIRESettings, RunContext
-from pbx.strategies.fire_curves import Evaluation, Rounds, overlap
+from pbx.strategies.fire.curves import Evaluation, Rounds, overlap
 
 from conftest import ROOT, kill_after, run_toy, start_train
 

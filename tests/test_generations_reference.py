@@ -12,9 +12,9 @@ from pbx.config import RunConfig, resolve
 from pbx.history import History, Row, skipped
 from pbx.plan import Rules
 from pbx.space import Continuous
-from pbx.strategies.generations import copula
+from pbx.strategies.generational.base import copula
 from pbx.strategies.ipbt import late
-from pbx.strategies.stagnation import stagnated
+from pbx.strategies.generational.stagnation import stagnated
 from conftest import toy_config
 
 

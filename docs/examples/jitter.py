@@ -33,7 +33,7 @@ class JitterSettings(StrategySettings):
 
 
 @register
-class Jitter(ExploitExplore):
+class Jitter(ExploitExplore[JitterSettings]):
     name = "jitter"
     settings_cls = JitterSettings
     settings: JitterSettings

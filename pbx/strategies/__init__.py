@@ -1,8 +1,13 @@
 """Search strategies: pure ``decide(history, space, rng)`` functions over a population.
 
-``STRATEGIES`` maps the ``--search`` name to the class. A new strategy is one
-file in this package with a :class:`Strategy` subclass, added here; one written
-elsewhere joins with :func:`register` (``docs/add-a-strategy.md``).
+``STRATEGIES`` maps the ``--search`` name to the class. The package lists the
+strategies, each a module (``pbt``, ``pb2``, ``bgpbt``, ``ipbt``, ...) or a package
+of its parts (``fire``); parts that several share sit beside them in packages of
+their own (``generational``: BG-PBT's and IPBT's round, restart and stagnation
+rule; ``bayes``: the GPs, kernels and bandits of the Bayesian ones), and the
+exploit rules of :class:`ExploitExplore` in ``selection``. A new strategy is one
+module here with a :class:`Strategy` subclass, added to ``STRATEGIES``; one
+written elsewhere joins with :func:`register` (``docs/add-a-strategy.md``).
 """
 
 from pbx.errors import UsageError

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Generic, Mapping, TypeVar, cast
 
 import numpy as np
 import pandas as pd
@@ -91,6 +91,10 @@ class StrategySettings:
     """Settings shared by every strategy (the ``strategy`` section of ``config.yaml``)."""
 
 
+SettingsT = TypeVar("SettingsT", bound=StrategySettings)
+"""A strategy's settings class: the type its settings, and the settings its classmethods take, have."""
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What a strategy may know of the run beyond the history: its planned length and population.
@@ -117,8 +121,11 @@ class RunContext:
         return self.roles[member] if self.roles else RESULT_ROLE
 
 
-class Strategy(ABC):
-    """What every strategy has: a name, settings, a selection rule, starting configs and ``decide``."""
+class Strategy(ABC, Generic[SettingsT]):
+    """What every strategy has: a name, settings, a selection rule, starting configs and ``decide``.
+
+    Generic in its settings (``class PBT(ExploitExplore[PBTSettings])``), so a hook that reads them
+    (:meth:`validate`, :meth:`roles`, ...) takes the strategy's own settings class."""
 
     name: ClassVar[str]
     """The ``--search`` name."""
@@ -127,22 +134,25 @@ class Strategy(ABC):
     """Whether its decisions re-make weights (:attr:`Decision.reset`): a run refuses a member that cannot
     (:attr:`pbx.members.Member.resets_weights`)."""
 
-    def __init__(self, settings: StrategySettings | None = None, selection: Selection | None = None,
+    settings: SettingsT
+
+    def __init__(self, settings: SettingsT | None = None, selection: Selection | None = None,
                  context: RunContext | None = None) -> None:
-        self.settings = settings if settings is not None else self.settings_cls()
+        # settings_cls is SettingsT's class (a ClassVar cannot name a type variable)
+        self.settings = settings if settings is not None else cast(SettingsT, self.settings_cls())
         self.selection = selection if selection is not None else Truncation()
         self.context = context
         """None outside a run (a strategy on a synthetic history); a setting that needs it says so."""
 
     @classmethod
-    def validate(cls, settings: StrategySettings, space: Space) -> None:
+    def validate(cls, settings: SettingsT, space: Space) -> None:
         """Raise :class:`~pbx.errors.UsageError` for settings that cannot work on ``space``.
 
         Called once when a run's config is resolved, before anything trains.
         """
 
     @classmethod
-    def roles(cls, settings: StrategySettings, pop_size: int) -> tuple[str, ...]:
+    def roles(cls, settings: SettingsT, pop_size: int) -> tuple[str, ...]:
         """Each member's role in a population of ``pop_size``; by default every member is a result.
 
         Called when a run's config is resolved, so it raises :class:`~pbx.errors.UsageError` for a
@@ -151,7 +161,7 @@ class Strategy(ABC):
         return (RESULT_ROLE,) * pop_size
 
     @classmethod
-    def initial_size(cls, settings: StrategySettings, pop_size: int) -> int:
+    def initial_size(cls, settings: SettingsT, pop_size: int) -> int:
         """Members the run starts with: ``pop_size`` by default; more for a strategy that trains a larger first
         population for one round and keeps its best ``pop_size`` (BG-PBT x3, IPBT x2): the members from
         ``pop_size`` on have a row in round 0 only, and ``decide`` after round 0 must copy the kept ones into
@@ -159,7 +169,7 @@ class Strategy(ABC):
         return pop_size
 
     @classmethod
-    def restart_size(cls, settings: StrategySettings, pop_size: int) -> int:
+    def restart_size(cls, settings: SettingsT, pop_size: int) -> int:
         """Members a restart round trains (:attr:`Decision.restart`): ``pop_size`` by default; IPBT trains
         :meth:`initial_size` candidates, then keeps the best ``pop_size`` as after round 0. The candidates
         past ``pop_size`` are the decisions' members ``pop_size ..``: the runner builds them for the round."""
@@ -171,13 +181,13 @@ class Strategy(ABC):
         return {}
 
     @classmethod
-    def round_growth(cls, settings: StrategySettings) -> float:
+    def round_growth(cls, settings: SettingsT) -> float:
         """The factor a round's length takes at each restart of the population (:attr:`pbx.plan.Rules.growth`):
         1 by default, ``t_ready`` whatever the restarts."""
         return 1.0
 
     @classmethod
-    def last_rounds(cls, settings: StrategySettings) -> str:
+    def last_rounds(cls, settings: SettingsT) -> str:
         """How the plan meets the budget's end (:data:`pbx.plan.TAILS`): ``cut`` by default, the last round cut
         to what is left."""
         return "cut"
@@ -186,7 +196,7 @@ class Strategy(ABC):
         """Whether the runner scores each member's state before a generation's first round trains (round 0, a
         restart round: the history's ``start_score``, :meth:`pbx.members.Member.score_state`), one evaluation
         per member of the round. No by default; BG-PBT's and IPBT's GP learns the first round's improvement
-        from it (:attr:`~pbx.strategies.generations.GenerationalSettings.first_explore`)."""
+        from it (:attr:`~pbx.strategies.generational.base.GenerationalSettings.first_explore`)."""
         return False
 
     def initial_configs(self, space: Space, pop_size: int, rng: np.random.Generator) -> list[Config]:
@@ -242,7 +252,7 @@ class RoundContext:
         return len(self.picks)
 
 
-class ExploitExplore(Strategy):
+class ExploitExplore(Strategy[SettingsT]):
     """The selection's exploit (with its guards), then a subclass-specific explore step for each member that
     copied, or that explores its own config because it tied with its donor."""
 

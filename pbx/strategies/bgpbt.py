@@ -8,14 +8,14 @@ are not built):
   its best ``pop_size`` kept;
 - each round, PBT's truncation exploit (quantile 0.125: the reference's default, one
   member of 8) and BO explore in a trust region around the donor's config
-  (:mod:`pbx.strategies.generations`);
+  (:mod:`pbx.strategies.generational.base`);
 - a generation that went ``patience`` (15) rounds in a row without a round best
   equal to its best so far restarts: every member keeps its weights and takes a new
   config, the best of many random ones by an auxiliary GP on each finished
   generation's best (the reference's global restart,
-  :meth:`~pbx.strategies.restart_bo.RestartBO.global_configs`; ``restart_search:
+  :meth:`~pbx.strategies.generational.restart.RestartBO.global_configs`; ``restart_search:
   local`` is pbx's earlier search near the best member,
-  :meth:`~pbx.strategies.restart_bo.RestartBO.across_generations`); the trust
+  :meth:`~pbx.strategies.generational.restart.RestartBO.across_generations`); the trust
   region and the BO's data start again with the new generation.
 
 Departures from the reference are listed in docs/algorithms.md.
@@ -31,8 +31,8 @@ from pbx.history import History
 from pbx.settings import check_choices
 from pbx.space import Space
 from pbx.strategies.base import Decision
-from pbx.strategies.generations import GenerationalSettings, generation_start
-from pbx.strategies.restart_bo import RestartBO
+from pbx.strategies.generational.base import GenerationalSettings, generation_start
+from pbx.strategies.generational.restart import RestartBO
 
 RESTART_SEARCHES = ("global", "local")
 """The values of :attr:`BGPBTSettings.restart_search`."""
@@ -56,26 +56,25 @@ class BGPBTSettings(GenerationalSettings):
     restart_search: str = "global"
     """Where a restart's configs come from: ``global``, the reference's, the best ``pop_size`` of 10 x the first
     population's size random configs by UCB (1.96) on an auxiliary GP fit on each finished generation's predicted
-    best (:meth:`~pbx.strategies.restart_bo.RestartBO.global_configs`), or ``local``, pbx's, UCB on the GP
+    best (:meth:`~pbx.strategies.generational.restart.RestartBO.global_configs`), or ``local``, pbx's, UCB on the GP
     across generations in a box of side ``tr_init`` around the best member's config (IPBT's search,
-    :meth:`~pbx.strategies.restart_bo.RestartBO.across_generations`)."""
+    :meth:`~pbx.strategies.generational.restart.RestartBO.across_generations`)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choices(self, last_rounds=("extend", "cut"), restart_search=RESTART_SEARCHES)
 
 
-class BGPBT(RestartBO):
+class BGPBT(RestartBO[BGPBTSettings]):
     name = "BGPBT"
     settings_cls = BGPBTSettings
-    settings: BGPBTSettings
 
     @classmethod
     def run_defaults(cls) -> dict[str, object]:
         return {"quantile": 0.125}
 
     @classmethod
-    def last_rounds(cls, settings: BGPBTSettings) -> str:  # type: ignore[override]
+    def last_rounds(cls, settings: BGPBTSettings) -> str:
         return settings.last_rounds
 
     def restart_due(self, history: History) -> bool:

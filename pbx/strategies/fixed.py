@@ -11,10 +11,10 @@ import numpy as np
 
 from pbx.history import History
 from pbx.space import Config, Space
-from pbx.strategies.base import Decision, Strategy, keep_all
+from pbx.strategies.base import Decision, Strategy, StrategySettings, keep_all
 
 
-class Fixed(Strategy):
+class Fixed(Strategy[StrategySettings]):
     name = "none"
 
     def initial_configs(self, space: Space, pop_size: int, rng: np.random.Generator) -> list[Config]:

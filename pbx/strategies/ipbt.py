@@ -5,7 +5,8 @@ hard to choose for a new task. IPBT starts with a short one and watches the
 population for stagnation; when it stagnates, IPBT restarts with a step
 ``step_factor`` times longer, reusing what it learned:
 
-- **stagnation** (the reference's ``previous-smoothed-or-slow``, :mod:`pbx.strategies.stagnation`): the best
+- **stagnation** (the reference's ``previous-smoothed-or-slow``, :mod:`pbx.strategies.generational.stagnation`): the
+  best
   score of each round of the current generation, z-scored over the generation and smoothed by the reference's
   sparse variational GP (Matern-5/2 with noise, 50 Adam steps); a round *fails* when the smoothed value did not
   rise from the round before. ``patience`` (3) failures in a row restart, and so
@@ -15,20 +16,20 @@ population for stagnation; when it stagnates, IPBT restarts with a step
   goes on from member ``i`` when that member is in the top quantile, every other one from a random
   member of it (the reference's ``_restart``); half of them get random hyperparameters and
   half hyperparameters picked by a GP across the finished generations
-  (:meth:`~pbx.strategies.restart_bo.RestartBO.across_generations`) around the config the ending generation's
+  (:meth:`~pbx.strategies.generational.restart.RestartBO.across_generations`) around the config the ending generation's
   best lineage started with; the random ones come from the task's own first draw where it has one
   (:meth:`pbx.members.Member.prior`), as the reference's ``sample(task, True)``; half of
   them (drawn apart) get freshly initialised weights and the others
   ``shrink * w + perturb * w0`` (Ash & Adams 2020; 0.2, 0.1), ``w0`` a fresh
   initialisation; the optimizer's state stays, as the reference's. The candidates train the restart round at the new length and
-  the best ``pop_size`` go on (:meth:`~pbx.strategies.generations.Generational.cut`),
+  the best ``pop_size`` go on (:meth:`~pbx.strategies.generational.base.Generational.cut`),
   as after the first round, whose population is ``init_factor`` times larger too;
 - a restart happens only while its round fits the budget: a restart round costs
   ``init_factor`` times the new step (:mod:`pbx.plan`), so IPBT spends what PBT
   spends; and, as the reference, never again once a round ended less than two of the next
   generation's steps from the budget (:func:`late`);
 - between restarts: PBT's truncation exploit (quantile 0.25), BO explore in a trust
-  region around the donor (:mod:`pbx.strategies.generations`).
+  region around the donor (:mod:`pbx.strategies.generational.base`).
 
 Departures from the reference are listed in docs/algorithms.md.
 """
@@ -45,10 +46,10 @@ from pbx.settings import check_choices
 from pbx.standings import rank_best_first
 from pbx.space import Space
 from pbx.strategies.base import Decision, WeightReset
-from pbx.strategies.generations import GenerationalSettings, generation_start
-from pbx.strategies.restart_bo import RestartBO
+from pbx.strategies.generational.base import GenerationalSettings, generation_start
+from pbx.strategies.generational.restart import RestartBO
 from pbx.strategies.selection import Truncation
-from pbx.strategies.stagnation import SMOOTHERS, stagnated
+from pbx.strategies.generational.stagnation import SMOOTHERS, stagnated
 
 OPTIMIZER_STATES = ("keep", "clear")
 """The values of :attr:`IPBTSettings.optimizer_state`."""
@@ -79,7 +80,8 @@ class IPBTSettings(GenerationalSettings):
     what is left when less than two rounds remain and it is not a whole number of rounds is split into two
     rounds; ``cut``, pbx's, a short last round."""
     smoother: str = "reference"
-    """How the stagnation rule smooths the rounds' bests (:mod:`pbx.strategies.stagnation`): ``reference``, the
+    """How the stagnation rule smooths the rounds' bests (:mod:`pbx.strategies.generational.stagnation`):
+    ``reference``, the
     authors' sparse variational GP after their 50 Adam steps; ``grid``, pbx's earlier exact GP with lengthscale and
     noise chosen on a fixed grid, whose shortest lengthscale (a fifth of the generation) keeps it a smoother where
     the reference's short fit can nearly interpolate a noisy generation."""
@@ -90,7 +92,7 @@ class IPBTSettings(GenerationalSettings):
     restart_centre: str = "lineage"
     """Where a restart's GP picks are centred and asked: ``lineage``, the reference's (``hps_best``), the config
     the ending generation's best lineage started with, asked at that start's score
-    (:meth:`~pbx.strategies.restart_bo.RestartBO.lineage_centre`); or ``latest``, pbx's earlier, the latest
+    (:meth:`~pbx.strategies.generational.restart.RestartBO.lineage_centre`); or ``latest``, pbx's earlier, the latest
     round's best member's config and score."""
 
     def __post_init__(self) -> None:
@@ -113,22 +115,21 @@ class IPBTSettings(GenerationalSettings):
                              "either (the reference's are 0.2 and 0.1)")
 
 
-class IPBT(RestartBO):
+class IPBT(RestartBO[IPBTSettings]):
     name = "IPBT"
     settings_cls = IPBTSettings
-    settings: IPBTSettings
     resets_weights = True
 
     @classmethod
-    def restart_size(cls, settings: IPBTSettings, pop_size: int) -> int:  # type: ignore[override]
+    def restart_size(cls, settings: IPBTSettings, pop_size: int) -> int:
         return settings.init_factor * pop_size
 
     @classmethod
-    def round_growth(cls, settings: IPBTSettings) -> float:  # type: ignore[override]
+    def round_growth(cls, settings: IPBTSettings) -> float:
         return settings.step_factor
 
     @classmethod
-    def last_rounds(cls, settings: IPBTSettings) -> str:  # type: ignore[override]
+    def last_rounds(cls, settings: IPBTSettings) -> str:
         return settings.last_rounds
 
     @classmethod

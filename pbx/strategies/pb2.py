@@ -59,7 +59,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 from scipy import linalg
@@ -191,13 +191,15 @@ class RoundPlan:
     """Intervals in the window per category tuple that ran (``space.categorical`` order)."""
 
 
-class PB2(PBT):
+PB2SettingsT = TypeVar("PB2SettingsT", bound=PB2Settings)
+
+
+class PB2(PBT[PB2SettingsT]):
     """PBT's exploit, GP-bandit explore: one GP fit per round (per category for ``exp3_dep``), one UCB
     maximisation per recipient."""
 
     name = "PB2"
     settings_cls = PB2Settings
-    settings: PB2Settings
 
     def decide(self, history: History, space: Space, rng: np.random.Generator) -> list[Decision]:
         """As :meth:`ExploitExplore.decide`, with BLAS held to one thread.
@@ -240,7 +242,7 @@ class PB2(PBT):
     def query_points(self, history: History, data: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where each latest-round member, as a donor, is asked for its pick: ``(members, t, R)``, a NaN ``R`` where
         it cannot be. PB2's: the member's latest steps and score, the start of the interval it would begin
-        (``data``: the round's observations, which :class:`~pbx.strategies.generations.Generational` reads)."""
+        (``data``: the round's observations, which :class:`~pbx.strategies.generational.base.Generational` reads)."""
         latest = history.latest()
         return latest["member"].to_numpy(int), latest["steps"].to_numpy(float), latest["score"].to_numpy(float)
 

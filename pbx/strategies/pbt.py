@@ -13,7 +13,7 @@ for its categorical part and as its fallback when the GP fails.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
@@ -71,13 +71,15 @@ def perturb(
     return new, ops
 
 
-class PBT(ExploitExplore):
+PBTSettingsT = TypeVar("PBTSettingsT", bound=PBTSettings)
+
+
+class PBT(ExploitExplore[PBTSettingsT]):
     name = "PBT"
     settings_cls = PBTSettings
-    settings: PBTSettings
 
     @classmethod
-    def validate(cls, settings: PBTSettings, space: Space) -> None:  # type: ignore[override]
+    def validate(cls, settings: PBTSettingsT, space: Space) -> None:
         check_space(settings.cat_exp, settings.fixed_cat_val, space)
 
     def initial_configs(self, space: Space, pop_size: int, rng: np.random.Generator) -> list[Config]:

@@ -10,10 +10,10 @@ import numpy as np
 
 from pbx.history import History
 from pbx.space import Space
-from pbx.strategies.base import Decision, Strategy, keep_all
+from pbx.strategies.base import Decision, Strategy, StrategySettings, keep_all
 
 
-class RandomSearch(Strategy):
+class RandomSearch(Strategy[StrategySettings]):
     name = "random"
 
     def decide(self, history: History, space: Space, rng: np.random.Generator) -> list[Decision]:

@@ -59,13 +59,12 @@ class ScheduleSettings(StrategySettings):
         return next((dict(p["config"]) for p in reversed(self.schedule) if p["steps"] <= steps), None)
 
 
-class Schedule(Strategy):
+class Schedule(Strategy[ScheduleSettings]):
     name = "replay"
     settings_cls = ScheduleSettings
-    settings: ScheduleSettings
 
     @classmethod
-    def validate(cls, settings: ScheduleSettings, space: Space) -> None:  # type: ignore[override]
+    def validate(cls, settings: ScheduleSettings, space: Space) -> None:
         if not settings.schedule:
             raise UsageError("--search replay needs a schedule (strategy.schedule): python -m pbx.replay RUN_DIR "
                              "--member M writes a run that has one")

@@ -40,7 +40,7 @@ changes none of the authors' files:
   authors' code stops with a traceback (GPyTorch's ``Normal`` refuses NaN targets;
   with that check off, its Cholesky of the NaN-trained kernel does). The guard
   answers "not improved", the value of the authors' comparison on NaN means and
-  pbx's rule (``pbx/strategies/stagnation.py``), and prints ``pbx guard`` in the
+  pbx's rule (``pbx/strategies/generational/stagnation.py``), and prints ``pbx guard`` in the
   run's log each time. A run that never meets a flat generation is unchanged.
 
 The other CPU settings are Hydra overrides on the command line (:func:`command`):

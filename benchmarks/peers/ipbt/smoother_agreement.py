@@ -142,9 +142,10 @@ def _slow(bests: np.ndarray) -> bool:
 
 
 def pbx_main() -> None:
-    """In pbx's environment: the verdicts of ``pbx.strategies.stagnation.stagnated`` with each of its smoothers
+    """In pbx's environment: the verdicts of ``pbx.strategies.generational.stagnation.stagnated`` with each of its
+    smoothers
     for the sequences on stdin."""
-    from pbx.strategies.stagnation import SMOOTHERS, stagnated
+    from pbx.strategies.generational.stagnation import SMOOTHERS, stagnated
 
     sequences = json.load(sys.stdin)
     json.dump({smoother: {name: verdicts(seq, lambda b, s=smoother: stagnated(b, SLOW, s)[0])

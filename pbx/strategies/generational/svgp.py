@@ -1,5 +1,5 @@
 """The authors' stagnation smoother in plain torch: the sparse variational GP that IPBT's restart rule fits to a
-generation's z-scored round bests (the model and its steps: :mod:`pbx.strategies.stagnation`'s docstring).
+generation's z-scored round bests (the model and its steps: :mod:`pbx.strategies.generational.stagnation`'s docstring).
 
 A module of its own so that torch loads only when IPBT asks it (at its first stagnation test): a toy or GP-free
 run starts without it, about 3.5 s of import on a busy 2-core machine.
@@ -23,7 +23,7 @@ the variational mean's initial draw (GPyTorch's ``mean_init_std``)."""
 @lru_cache(maxsize=4096)
 def svgp_mean(z: tuple[float, ...]) -> np.ndarray:
     """The reference's smoothed values of ``z`` over evenly spaced inputs in [0, 1] (the model:
-    :mod:`pbx.strategies.stagnation`). Cached:
+    :mod:`pbx.strategies.generational.stagnation`). Cached:
     IPBT's restart test replays every round of the generation each round."""
     n = len(z)
     y = torch.tensor(z, dtype=torch.float64)

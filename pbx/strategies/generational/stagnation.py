@@ -12,7 +12,8 @@ inducing points start at the inputs (``torch.linspace(0, 1, n)``, learned): cons
 Gaussian likelihood (noise above 1e-4), Cholesky variational distribution, whitened strategy, fitted by 50 Adam
 steps (lr 0.2, cosine-annealed to 0) on the predictive log likelihood, GPyTorch's initial values (raw
 parameters 0: lengthscale, outputscale and noise softplus(0) = 0.69; variational mean N(0, 1e-3), covariance
-the identity); the smoothed values are the posterior mean of f at the inputs. :mod:`pbx.strategies.svgp` computes
+the identity); the smoothed values are the posterior mean of f at the inputs.
+:mod:`pbx.strategies.generational.svgp` computes
 the same in plain torch (pbx does not depend on GPyTorch), with GPyTorch's jitters (1e-3 on the inducing
 covariance, 1e-4 on the predictive one); the fit stops after 50 steps as the reference's, short of the
 optimum, so the steps are mimicked, not replaced by a converged fit. The variational mean's initial draw is
@@ -28,7 +29,7 @@ from scipy import linalg
 
 SMOOTHERS = ("reference", "grid")
 """The values of ``IPBTSettings.smoother``: ``reference``, the authors' sparse GP
-(:func:`pbx.strategies.svgp.svgp_mean`); ``grid``, pbx's earlier exact GP on a grid (:func:`grid_mean`)."""
+(:func:`pbx.strategies.generational.svgp.svgp_mean`); ``grid``, pbx's earlier exact GP on a grid (:func:`grid_mean`)."""
 LENGTHSCALES = (0.2, 0.4, 0.8, 1.6)
 NOISES = (1e-2, 0.1, 0.3, 1.0)
 """The grid the ``grid`` smoother's lengthscale and noise are chosen on by marginal likelihood (the z-scores have
@@ -49,7 +50,8 @@ def stagnated(bests: np.ndarray, slow_rounds: int, smoother: str = "reference") 
     if len(z) >= slow_rounds and z.max() - z[:-(slow_rounds - 1)].max() < 1:
         return True, True
     if smoother == "reference":
-        from pbx.strategies.svgp import svgp_mean  # torch: a run that never asks the sparse GP does not load it
+        # torch: a run that never asks the sparse GP does not load it
+        from pbx.strategies.generational.svgp import svgp_mean
 
         smooth = svgp_mean(tuple(z.tolist()))
     else:

@@ -1,6 +1,6 @@
 """The BO across generations that picks a BG-PBT or IPBT restart's configs (the references' meta data).
 
-A restart (:meth:`~pbx.strategies.generations.Generational.restart`) starts a new
+A restart (:meth:`~pbx.strategies.generational.base.Generational.restart`) starts a new
 generation from configs that what the finished generations learned chooses:
 
 - IPBT's (and BG-PBT's with ``restart_search: local``) GP across generations
@@ -13,7 +13,7 @@ generation from configs that what the finished generations learned chooses:
   (:meth:`RestartBO.auxiliary`), so its picks leave the old bests.
 
 The round within a generation (the cut, exploit, trust-region explore) is
-:mod:`pbx.strategies.generations`'s; this module only reads the history it wrote.
+:mod:`pbx.strategies.generational.base`'s; this module only reads the history it wrote.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pbx.standings import rank_best_first
 from pbx.space import Config, Space
 from pbx.strategies.bayes.acquisition import Acquisition
 from pbx.strategies.bayes.gp import Posterior, Scale, quiet
-from pbx.strategies.generations import Generational, copula
+from pbx.strategies.generational.base import Generational, GenerationalSettingsT, copula
 from pbx.strategies.pb2 import MIN_ROWS
 from pbx.strategies.pbt import perturb
 
@@ -68,7 +68,7 @@ def generation_of(frame: pd.DataFrame) -> pd.Series:
     return frame["round"].map(marks)
 
 
-class RestartBO(Generational):
+class RestartBO(Generational[GenerationalSettingsT]):
     """A generational strategy whose restarts pick their configs by BO across the finished generations."""
 
     def across_generations(self, history: History, space: Space, count: int, centre: tuple[Config, float],
@@ -255,7 +255,8 @@ class RestartBO(Generational):
                    query: tuple[float, float]) -> tuple[Posterior, tuple[float, float]] | None:
         """The GP across generations and the scaled query point, or None (too few points, all equal, a failure).
 
-        Its prior mean is :attr:`~pbx.strategies.generations.GenerationalSettings.across_mean`'s: a constant fitted
+        Its prior mean is :attr:`~pbx.strategies.generational.base.GenerationalSettings.across_mean`'s: a constant
+        fitted
         with the kernel, as the authors' meta GP (``algo/bgpbt_utils.py`` ``GP``: ``gpytorch.means.ConstantMean``),
         or the lowest target."""
         points = points[-self.settings.window:]

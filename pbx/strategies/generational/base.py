@@ -26,7 +26,7 @@ A *generation* runs from a restart round (or round 0) to the round before the
 next restart; the history marks restart rounds (``restart``). A restart is each
 strategy's own (:meth:`Generational.restart_due`, :meth:`Generational.restart`);
 the BO across the finished generations that picks its configs is
-:mod:`pbx.strategies.restart_bo`'s. Categorical hyperparameters are
+:mod:`pbx.strategies.generational.restart`'s. Categorical hyperparameters are
 explored as PBT does (PB2-Rand), where CASMO moves them by its acquisition
 (docs/algorithms.md).
 """
@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -145,7 +146,8 @@ class GenerationalSettings(PB2Settings):
     first draw of its own (no SB3 agent has one)."""
     lineage_start: str = "before"
     """Where each point of the GP across generations (a restart's picks by the lineages of the generations
-    before, :class:`~pbx.strategies.restart_bo.Lineage`) starts: ``before``, the reference's, at the generation's
+    before, :class:`~pbx.strategies.generational.restart.Lineage`) starts: ``before``, the reference's, at the
+    generation's
     start and the score its state had before the first round trained (the history's ``start_score``, taken with
     ``first_explore: gp`` by a member that can score its state; the round's end and score where there is none);
     or ``after``, pbx's earlier, at the first round's end and score."""
@@ -162,7 +164,8 @@ class GenerationalSettings(PB2Settings):
     noise_cap: float = 0.1
     """Upper bound on the noise variance: the authors' 0.1 (PB2's 10 before, on targets of variance near 1)."""
     across_mean: str = "learned"
-    """The prior mean of the GP across generations (:meth:`~pbx.strategies.restart_bo.RestartBO.across_generations`):
+    """The prior mean of the GP across generations
+    (:meth:`~pbx.strategies.generational.restart.RestartBO.across_generations`):
     ``learned``, the authors' (their meta GP is ``train_gp``'s, with ``gpytorch.means.ConstantMean``), a constant
     fitted with the kernel; or ``lowest``, pbx's earlier, the lowest of its targets."""
     interval_time: str = "end"
@@ -232,14 +235,15 @@ def generation_start(history: History) -> int:
     return int(marked.max()) if len(marked) else 0
 
 
-class Generational(PB2):
+GenerationalSettingsT = TypeVar("GenerationalSettingsT", bound=GenerationalSettings)
+
+
+class Generational(PB2[GenerationalSettingsT]):
     """BG-PBT's and IPBT's shared round: the cut of a larger population, then a restart or PBT's exploit with
     trust-region BO explore."""
 
-    settings: GenerationalSettings
-
     @classmethod
-    def initial_size(cls, settings: GenerationalSettings, pop_size: int) -> int:  # type: ignore[override]
+    def initial_size(cls, settings: GenerationalSettingsT, pop_size: int) -> int:
         return settings.init_factor * pop_size
 
     @property

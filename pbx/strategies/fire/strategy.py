@@ -35,7 +35,7 @@ an evaluation whose test passes while its best score is not above the child's st
 goes on for as long as the test passes (which a curve point for point above a child with one higher spike
 does for good, holding its evaluator and its P2 member); curves that never meet compare as
 PBT-Zoo's do, the higher one shifted down onto the other
-(:meth:`~pbx.strategies.fire_curves.CurveComparison._shifted_diff`); NaN scores
+(:meth:`~pbx.strategies.fire.curves.CurveComparison._shifted_diff`); NaN scores
 are left out of curves; a member of P2 (P3, ...) whose own score is NaN has no fitness, is
 replaced and is not evaluated (the NaN policy of every strategy, :mod:`pbx.strategies.selection`); a member
 just replaced in P2 is not evaluated in the same round, nor chosen as a child; and an
@@ -60,7 +60,7 @@ from pbx.errors import UsageError
 from pbx.history import EVALUATOR_ROLE, RESULT_ROLE, History
 from pbx.space import Space
 from pbx.strategies.base import Decision
-from pbx.strategies.fire_curves import CurveComparison, Evaluation, Rounds, overlap
+from pbx.strategies.fire.curves import CurveComparison, Evaluation, Rounds, overlap
 from pbx.strategies.pbt import PBT, PBTSettings
 
 EVALUATOR_SHARE = 6 / 22
@@ -106,15 +106,14 @@ class Ended(NamedTuple):
     info: dict[str, float] = {}
 
 
-class FIRE(PBT):
+class FIRE(PBT[FIRESettings]):
     """P1: PBT on the score; P2, ...: PBT on the evaluators' fitness; evaluators hand better weights to P1."""
 
     name = "FIRE"
     settings_cls = FIRESettings
-    settings: FIRESettings
 
     @classmethod
-    def roles(cls, settings: FIRESettings, pop_size: int) -> tuple[str, ...]:  # type: ignore[override]
+    def roles(cls, settings: FIRESettings, pop_size: int) -> tuple[str, ...]:
         """``pop1`` for P1's members (the first), ``pop2``, ... for the parent sub-populations, ``eval`` for the
         evaluators (the last)."""
         evaluators = settings.evaluators if settings.evaluators is not None else max(
