@@ -33,7 +33,10 @@ Several folders read as one study, each run from the one that holds it (a run in
 committed records under ``docs/results/`` keep the reference's runs in ``ipbt_side_v2`` only, so a version's
 tables are that version's folder and v2's, as ``docs/results.md`` gives them:
 
-    .venv/bin/python benchmarks/peers/ipbt/compare.py docs/results/ipbt_side_v6 docs/results/ipbt_side_v2
+    .venv/bin/python benchmarks/peers/ipbt/compare.py docs/results/ipbt_side_v6 docs/results/ipbt_side_v2 \
+        --toys toy-deceptive-zoo --out docs/results/ipbt_side_v6/comparison.md
+
+Each committed ``comparison.md`` opens with the command that wrote it (folders relative to the repository).
 
 **The reference is the authors' code only.** A reference run that stopped with an error (its marker's
 ``crash``) has no score: it is counted, with where it stopped, in the table of the reference's crashes. A
@@ -244,23 +247,19 @@ def score_table(runs: Runs, toy: str, answer: str) -> str:
     equivalence verdict on the pbx row."""
     rows = []
     for algo in ALGOS:
-        v = {side: values(runs, toy, side, algo, answer) for side in SIDES}
-        if not all(len(x) for x in v.values()):
-            continue
-        for side in SIDES:
-            x = v[side]
+        v = {side: values(runs, toy, side, algo, answer) for side in (*SIDES, GUARDED)}
+        for side, x in v.items():
+            if not len(x):
+                continue
             iqm, bounds = interval_estimates(x[:, None], AGGREGATES["IQM"])
             sd = x.std(ddof=1) if len(x) > 1 else 0.0
-            rows.append([algo, side, str(len(x)), f"{x.mean():.3f} ± {sd:.3f}", interval(float(iqm), bounds, 3), "", ""])
-        p, bounds = interval_estimates((-v["pbx"][:, None], -v["reference"][:, None]), probability_of_improvement)
-        rows[-2][-2] = interval(float(p), bounds, 2)
-        rows[-2][-1] = equivalence(v["pbx"], v["reference"])
-    for algo in ALGOS:
-        x = values(runs, toy, GUARDED, algo, answer)
-        if len(x):
-            sd = x.std(ddof=1) if len(x) > 1 else 0.0
-            rows.append([algo, f"{GUARDED} (pbx's rule at flat generations: not the reference)", str(len(x)),
-                         f"{x.mean():.3f} ± {sd:.3f}", "", "", "no verdict: not the authors' code"])
+            label = f"{side} (pbx's rule at flat generations: not the reference)" if side == GUARDED else side
+            verdict = "no verdict: not the authors' code" if side == GUARDED else ""
+            rows.append([algo, label, str(len(x)), f"{x.mean():.3f} ± {sd:.3f}", interval(float(iqm), bounds, 3), "",
+                         verdict])
+            if side == "pbx" and len(v["reference"]):
+                p, bounds = interval_estimates((-x[:, None], -v["reference"][:, None]), probability_of_improvement)
+                rows[-1][-2:] = [interval(float(p), bounds, 2), equivalence(x, v["reference"])]
     return markdown_table(["algorithm", "side", "runs", "log(1.2 − score), mean ± sd", "IQM [95% CI]",
                            "P(pbx closer) [95% CI]", f"pbx − reference, 90% CI (margin ±{MARGIN})"], rows)
 
@@ -328,14 +327,17 @@ def crash_table(runs: Runs, toy: str) -> str:
                            "wall s"], rows) if rows else "none"
 
 
-def report(*roots: Path) -> str:
+def report(*roots: Path, toys: list[str] | None = None) -> str:
+    """The tables of the runs under ``roots`` (read as one study), for ``toys`` (default: every toy they hold)."""
     runs = load(*roots)
-    where = ", ".join(f"`{root}`" for root in roots)
+    command = " ".join(["benchmarks/peers/ipbt/compare.py", *map(str, roots), *(["--toys", *toys] if toys else [])])
+    toys = toys or [t for t in TOYS if t in runs] + sorted(set(runs) - set(TOYS))
     lines = ["# pbx's BG-PBT and IPBT against the authors' code on PBT-Zoo's toys", "",
-             f"Population 8, step 10. Runs from {where}. Score: log(1.2 − score), the log distance to the optimum "
+             f"`{command}`", "",
+             f"Population 8, step 10. Score: log(1.2 − score), the log distance to the optimum "
              f"(lower is better). Equivalence margin ±{MARGIN} on its mean. Intervals: rliable's stratified "
              f"bootstrap over seeds (IQM, P), a percentile bootstrap over seeds (differences).", ""]
-    for toy in [t for t in TOYS if t in runs] + sorted(set(runs) - set(TOYS)):
+    for toy in toys:
         lines += [f"## {toy}", ""]
         for answer, title in ANSWERS.items():
             lines += [f"### {title}: side by side", "", score_table(runs, toy, answer), "",
@@ -351,11 +353,12 @@ def main() -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("root", type=Path, nargs="+", help="the study's folder (run_side_by_side.py --dir); several "
                    "read as one study")
+    p.add_argument("--toys", nargs="+", choices=TOYS, help="the toys to report (default: every toy of the runs)")
     p.add_argument("--out", type=Path, help="also write the report here")
     args = p.parse_args()
-    text = report(*args.root)
+    text = report(*args.root, toys=args.toys)
     if args.out is not None:
-        args.out.write_text(text)
+        args.out.write_text(text + "\n")
     print(text)
 
 
