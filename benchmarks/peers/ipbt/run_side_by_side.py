@@ -42,8 +42,8 @@ command, exit status and wall time) is skipped; a pbx run that stopped is resume
 folder). Runs go one at a time, niced, the default sides' runs of a seed together
 before the ablation's, so an interrupted study still has matched pairs.
 ``--commit-to`` copies each finished run's small files (pbx: ``config.yaml``,
-``history.csv``, ``strategy.csv``; the reference: its ``*.yaml`` and ``data.csv``;
-the marker) into that folder of the repository, the large ones gzipped
+``history.csv``, ``strategy.csv``; the reference: its ``*.yaml``, ``data.csv`` and,
+on the noisy toy, ``true_fitness.jsonl``; the marker) into that folder of the repository, the large ones gzipped
 (:data:`PACKED`: ``history.csv.gz``, which ``compare.py`` reads as it reads the
 study's plain files), and commits them, that folder's files only
 (``git commit -- <files>``).
@@ -59,12 +59,13 @@ The reference checkout (not in this repository; its code stays out of it):
 The first side-by-side was run at IPBT ``c307f87`` (``config/base.yaml`` at ``3e473b4``)
 and PBT-Zoo ``229479f``. Before the first reference run the runner writes its
 adapters into the checkout (``reference.py``: the toys with the fresh model IPBT's
-restart needs, the Hydra configs, a launcher that lets Ray reuse its workers
-on the CPU); the authors' files stay as they are. Each reference run gets a
+restart needs, the noisy toy, the Hydra configs, the launchers that let Ray reuse
+its workers on the CPU, with and without the guard); the authors' files stay as they are. Each reference run gets a
 private Ray instance with one CPU and one logical GPU, so no ``ray start`` is needed.
 
 Layout of ``--dir``: ``<toy>/pbx/<ALGO>/s<seed>/`` (pbx's run folder),
 ``<toy>/pbx-<arm>/<ALGO>/s<seed>/`` (an ablation arm's), ``<toy>/reference/<ALGO>/s<seed>/``
+(``<toy>/reference-guarded/...`` for the guarded side)
 (the reference's experiment folder: ``best_info.yaml``, ``history_fitness.yaml``,
 ``best_info_<t>.yaml`` per finished generation, ``data.csv``), and beside each its
 log (``s<seed>.log``) and marker.
