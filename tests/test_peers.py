@@ -200,5 +200,6 @@ def test_the_noisy_toy_shows_noisy_scores_and_tests_the_true_one(tmp_path) -> No
         assert frame["test_score"].max() < 1.2
         assert np.allclose(gap, 0) if env == "toy-plain" and noise is None else 0.05 < gap.std() < 0.2
     bad = subprocess.run([sys.executable, str(script), "--env", "toy-plain", "--search", "IPBT", "--run-dir",
-                          str(tmp_path / "bad"), "-m", "noise=-1"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+                          str(tmp_path / "bad"), "-m", "noise=-1"], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT)
     assert bad.returncode == 2 and "noise must be a finite standard deviation >= 0, got -1" in bad.stderr

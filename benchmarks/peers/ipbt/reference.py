@@ -164,8 +164,10 @@ class NoisyScores:
         out = super().__call__(seed, solution, t, t_step, cpkt_loaded, tb_dir, only_evaluate)
         true = out['fitness']
         if not (only_evaluate and 'test' in only_evaluate):
-            bits = [int(np.float32(solution[0]).view(np.uint32)), *(int(b) for b in np.array([true], dtype=np.float64).view(np.uint32))]
-            observed = true + float(np.random.default_rng([int(seed), int(t), int(t_step), *bits]).normal(0.0, self.noise))
+            bits = [int(np.float32(solution[0]).view(np.uint32)),
+                    *(int(b) for b in np.array([true], dtype=np.float64).view(np.uint32))]
+            rng = np.random.default_rng([int(seed), int(t), int(t_step), *bits])
+            observed = true + float(rng.normal(0.0, self.noise))
             out = dict(out, fitness=observed, **({'val': observed} if only_evaluate else {}))
         with open(self.record, 'a') as f:
             f.write(json.dumps({'seed': int(seed), 't': int(t), 't_step': int(t_step), 'lr': float(solution[0]),
@@ -182,7 +184,7 @@ class ToyPlainNoisyFreshModelTask(NoisyScores, ToyPlainFreshModelTask):
 '''
 
 
-_LAUNCHER_HEAD = '''"""Launcher written by pbx's side-by-side (benchmarks/peers/ipbt/reference.py), not the authors' code.
+_LAUNCHER_HEAD = '''"""A launcher from pbx's side-by-side (benchmarks/peers/ipbt/reference.py), not the authors' code.
 
 Runs run.py's main with the per-member Ray task declared without a GPU, so that Ray reuses its workers (a task
 declared with a GPU gets max_calls=1: a new process per call, to free GPU memory, which a CPU run does not use).
@@ -249,7 +251,8 @@ class ConfigSpaceSearchSpaceIntIndices(ConfigSpaceSearchSpace):
 '''
 
 
-TOYS = {"toy-plain": ("toyplain", "ToyPlain", "toy_plain"), "toy-deceptive-zoo": ("toydeceptive", "ToyDeceptive", "toy_deceptive"),
+TOYS = {"toy-plain": ("toyplain", "ToyPlain", "toy_plain"),
+        "toy-deceptive-zoo": ("toydeceptive", "ToyDeceptive", "toy_deceptive"),
         "toy-plain-noisy": ("toyplainnoisy", "ToyPlainNoisy", "toy_plain_fresh")}
 """pbx's env name -> the config's name part, the task's class name part and its module (PBT-Zoo's, or the
 adapter's for the noisy toy)."""

@@ -42,8 +42,9 @@ command, exit status and wall time) is skipped; a pbx run that stopped is resume
 folder). Runs go one at a time, niced, the default sides' runs of a seed together
 before the ablation's, so an interrupted study still has matched pairs.
 ``--commit-to`` copies each finished run's small files (pbx: ``config.yaml``,
-``history.csv``, ``strategy.csv``; the reference: its ``*.yaml``, ``data.csv`` and,
-on the noisy toy, ``true_fitness.jsonl``; the marker) into that folder of the repository, the large ones gzipped
+``history.csv``, ``strategy.csv``; the reference: its ``*.yaml``, ``data.csv``,
+IPBT's ``df_idx_at_restart.csv`` and, on the noisy toy, ``true_fitness.jsonl``; the marker)
+into that folder of the repository, the large ones gzipped
 (:data:`PACKED`: ``history.csv.gz``, which ``compare.py`` reads as it reads the
 study's plain files), and commits them, that folder's files only
 (``git commit -- <files>``).
@@ -94,11 +95,13 @@ SIDES = ("pbx", "reference")
 GUARDED = "reference-guarded"
 """The reference run through the launcher with pbx's flat-generation guard (``reference.GUARDED_LAUNCHER``)."""
 REFERENCE_SIDES = ("reference", GUARDED)
+IDX_AT_RESTART = "df_idx_at_restart.csv"
+"""The reference IPBT's record of each trial's lineage (``decisions.py`` gives it to the authors' restart)."""
 NOISY_BUDGET = 1000
 """``toy-plain-noisy``'s env steps a member."""
 POP_SIZE = 8
 PACKED = frozenset({"history.csv", "strategy.csv", "data.csv", "history_fitness.yaml", "history_population.yaml",
-                    "history_solution.yaml", reference.TRUE_SCORES})
+                    "history_solution.yaml", reference.TRUE_SCORES, IDX_AT_RESTART})
 """The small files ``--commit-to`` commits gzipped (``<name>.gz``): a run's rows, most of its bytes."""
 
 
@@ -234,7 +237,7 @@ def small_files(job: Job, root: Path) -> list[Path]:
     """The files of a finished run that let its numbers be recomputed (no checkpoints, curves or logs)."""
     folder = job.folder(root)
     names = (["config.yaml", "history.csv", "strategy.csv"] if job.side not in REFERENCE_SIDES else
-             sorted(p.name for p in folder.glob("*.yaml")) + ["data.csv", reference.TRUE_SCORES])
+             sorted(p.name for p in folder.glob("*.yaml")) + ["data.csv", reference.TRUE_SCORES, IDX_AT_RESTART])
     return [job.marker(root)] + [folder / name for name in names if (folder / name).is_file()]
 
 
