@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -144,16 +145,61 @@ def test_the_side_by_side_calls_equivalence_only_inside_its_margin() -> None:
     assert toy_deceptive.check_against_torch(trials=50) == 0  # PBT-Zoo's ToyDeceptive to the bit
 
 
-def test_the_side_by_side_counts_the_reference_runs_flat_generation_guards() -> None:
-    """The launcher's guard prints its line each time it answers for the authors' smoother; the runner counts
-    them into the run's marker, also after an authors' print that left its line open."""
+def test_the_reference_runs_unguarded_and_a_crash_or_a_guard_keeps_a_run_out_of_the_reference(tmp_path) -> None:
+    """The default launcher is the authors' code with the CPU override alone; the flat-generation guard lives only
+    in the guarded launcher, whose printed lines the runner counts. A reference run that stops with an error is
+    recorded where it stopped and read as a crash, with no score; a guarded run reads as ``reference-guarded``."""
     sys.path.insert(0, str(ROOT / "benchmarks" / "peers" / "ipbt"))
     try:
+        import compare
         import reference
         import run_side_by_side
     finally:
         sys.path.pop(0)
-    assert f"print(f'{reference.GUARD_LINE} bests at" in reference.LAUNCHER
+    assert reference.GUARD_LINE not in reference.LAUNCHER
+    assert f"print(f'{reference.GUARD_LINE} bests at" in reference.GUARDED_LAUNCHER
+    assert reference.command("py", Path("/c"), "IPBT", 0, Path("/r/s0"))[1] == "/c/run_cpu.py"
+    assert reference.command("py", Path("/c"), "IPBT", 0, Path("/r/s0"), guarded=True)[1] == "/c/run_cpu_guarded.py"
     log = f"Expanding TR length to 1.0{reference.GUARD_LINE} bests at 240: not improved\nmean=...\n" \
           f"{reference.GUARD_LINE} bests at 250: not improved\n"
     assert run_side_by_side.flat_guards(log) == 2 and run_side_by_side.flat_guards("mean=tensor([nan])") == 0
+    log = ("Start tick 0\nStart tick 230\nTraceback (most recent call last):\n"
+           '  File "/c/algo/ipbt.py", line 700, in _update_population_and_record_time\n'
+           '  File "/env/gpytorch/distributions.py", line 9, in __init__\n'
+           "ValueError: Expected parameter loc of distribution Normal to satisfy the constraint Real()\n")
+    found = run_side_by_side.crash(log)
+    assert found["last_tick"] == 230 and found["error"].startswith("ValueError: Expected parameter loc")
+    assert "/c/algo/ipbt.py" in found["frame"]
+    toy = tmp_path / "toy-deceptive-zoo"
+    for side, seed, marker in (("reference", 0, {"rc": 1, "wall_s": 5.0, "crash": found}),
+                               ("reference", 1, {"rc": 1, "wall_s": 6.0, "guarded": True, "crash": found})):
+        (toy / side / "IPBT").mkdir(parents=True, exist_ok=True)
+        (toy / side / "IPBT" / f"s{seed}.json").write_text(json.dumps(marker))
+    runs = compare.load(tmp_path)
+    assert compare.crashes(runs, "toy-deceptive-zoo", "reference", "IPBT")[0].last_tick == 230
+    assert set(compare.crashes(runs, "toy-deceptive-zoo", compare.GUARDED, "IPBT")) == {1}
+    assert not compare.runs_by_seed(runs, "toy-deceptive-zoo", "reference", "IPBT")
+    assert "| IPBT | reference | s0 | 230 | ValueError: Expected parameter loc" in compare.crash_table(runs,
+                                                                                               "toy-deceptive-zoo")
+    assert compare.side_of("reference", {"flat_guards": 3}) == compare.GUARDED == compare.side_of(
+        "reference", {"guarded": True}) and compare.side_of("reference", {"flat_guards": 0}) == "reference"
+
+
+def test_the_noisy_toy_shows_noisy_scores_and_tests_the_true_one(tmp_path) -> None:
+    """toy-plain-noisy: the scores the strategy sees carry the noise (standard deviation toy_plain.NOISE), the test
+    score is the noise-free 1.2 - theta^2, which compare.py reads; a noise of 0 is ToyPlain."""
+    script = ROOT / "benchmarks" / "peers" / "ipbt" / "toy_plain.py"
+    for env, noise in (("toy-plain-noisy", None), ("toy-plain", None)):
+        proc = subprocess.run([sys.executable, str(script), "--env", env, "--search", "IPBT", "--seed", "0",
+                               "--batchsize", "8", "--t_ready", "10", "--max_budget", "60", "--run-dir",
+                               str(tmp_path / f"{env}-{noise}"), *(["-m", f"noise={noise}"] if noise else [])],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        frame = read_csv(tmp_path / f"{env}-{noise}" / "history.csv")
+        gap = (frame["score"] - frame["test_score"]).to_numpy()
+        assert frame["test_score"].max() < 1.2
+        assert np.allclose(gap, 0) if env == "toy-plain" and noise is None else 0.05 < gap.std() < 0.2
+    bad = subprocess.run([sys.executable, str(script), "--env", "toy-plain", "--search", "IPBT", "--run-dir",
+                          str(tmp_path / "bad"), "-m", "noise=-1"], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT)
+    assert bad.returncode == 2 and "noise must be a finite standard deviation >= 0, got -1" in bad.stderr

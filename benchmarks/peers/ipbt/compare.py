@@ -9,6 +9,10 @@ Two answers per run, each taken the same way on both sides:
   the best of the final population and of each finished generation's best member
   at its last round; pbx's run gets the same rule from its history (``--member kept``).
 
+On ``toy-plain-noisy`` the strategies see noisy scores; each answer is the member they pick by those, read
+by its noise-free score (pbx: its test score; the reference: ``true_fitness.jsonl``, and ``best_info.yaml``'s
+test).
+
 Each answer is read as its **log distance to the optimum**, ``log(1.2 - score)``
 (both toys' scores are ``1.2 - theta^2``; lower is better): a gap of a few training
 steps near the optimum is a visible difference in it, where it is in the sixth
@@ -29,7 +33,16 @@ Several folders read as one study, each run from the one that holds it (a run in
 committed records under ``docs/results/`` keep the reference's runs in ``ipbt_side_v2`` only, so a version's
 tables are that version's folder and v2's, as ``docs/results.md`` gives them:
 
-    .venv/bin/python benchmarks/peers/ipbt/compare.py docs/results/ipbt_side_v6 docs/results/ipbt_side_v2
+    .venv/bin/python benchmarks/peers/ipbt/compare.py docs/results/ipbt_side_v6 docs/results/ipbt_side_v2 \
+        --toys toy-deceptive-zoo --out docs/results/ipbt_side_v6/comparison.md
+
+Each committed ``comparison.md`` opens with the command that wrote it (folders relative to the repository).
+
+**The reference is the authors' code only.** A reference run that stopped with an error (its marker's
+``crash``) has no score: it is counted, with where it stopped, in the table of the reference's crashes. A
+reference run that went through the harness's flat-generation guard (``reference-guarded``, or an older marker
+with ``flat_guards`` above 0: pbx's rule decided its restarts after a flat generation) is shown in rows of its
+own, never as the reference, and gets no verdict.
 
 A record's large files may be committed gzipped (``history.csv.gz``, ``history_fitness.yaml.gz``): each is read
 from the plain file where there is one, else from its ``.gz``.
@@ -52,8 +65,14 @@ from pbx.reporting.stats import AGGREGATES, interval_estimates, probability_of_i
 from pbx.reporting.tables import markdown_table
 
 SIDES = ("pbx", "reference")
+GUARDED = "reference-guarded"
+"""Reference runs whose restarts after a flat generation pbx's rule decided (the harness's guard): apart."""
 ALGOS = ("BGPBT", "IPBT")
-TOYS = ("toy-plain", "toy-deceptive-zoo")
+TOYS = ("toy-plain", "toy-deceptive-zoo", "toy-plain-noisy")
+NOISY = frozenset({"toy-plain-noisy"})
+"""Toys whose strategies see noisy scores: their answers are read by the noise-free score."""
+TRUE_SCORES = "true_fitness.jsonl"
+"""The noisy toy's reference record of each call's noise-free and observed score (``reference.TRUE_SCORES``)."""
 ANSWERS = {"final": "final population best", "ends": "generation-end best"}
 OPTIMUM = 1.2
 """Both toys' best score (theta = 0)."""
@@ -78,9 +97,18 @@ class Run:
     own_s: float
     """The run's own clock: pbx's last ``wall_s``, the reference's ``runtime.yaml``."""
     flat_guards: int = 0
-    """The reference's flat generations, where the launcher's guard answered for the authors' smoother (which
-    stops with a traceback there; ``reference.LAUNCHER``). A run whose marker has no count ran without the guard,
-    and finished: it met none."""
+    """A guarded reference run's flat generations, where the launcher's guard answered for the authors' smoother
+    (which stops with a traceback there; ``reference.GUARDED_LAUNCHER``)."""
+
+
+@dataclass(frozen=True)
+class Crash:
+    """A reference run that stopped with an error: a finding of the authors' code, with no score."""
+
+    error: str
+    frame: str
+    last_tick: int | None
+    wall_s: float
 
 
 def record(folder: Path, name: str) -> Path:
@@ -95,35 +123,68 @@ def record_text(folder: Path, name: str) -> str:
     return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
 
 
-def pbx_run(folder: Path, marker: dict) -> Run:
+def pbx_run(folder: Path, marker: dict, noisy: bool) -> Run:
+    """A pbx run's answers: the members its scores pick, read by their score, or on a noisy toy by their
+    noise-free test score."""
     frame = read_csv(record(folder, "history.csv"))
-    final = member_row(frame, "best")["score"]
-    return Run(float(final), float(member_row(frame, "kept")["score"]), len(generation_ends(frame)), marker["wall_s"],
-               float(frame["wall_s"].max()))
+    column = "test_score" if noisy else "score"
+    return Run(float(member_row(frame, "best")[column]), float(member_row(frame, "kept")[column]),
+               len(generation_ends(frame)), marker["wall_s"], float(frame["wall_s"].max()))
 
 
-def reference_run(folder: Path, marker: dict) -> Run:
+def reference_run(folder: Path, marker: dict, noisy: bool) -> Run:
+    """A reference run's answers (see the module's docstring); on a noisy toy by their noise-free scores."""
     histories = yaml.safe_load(record_text(folder, "history_fitness.yaml"))
     final = max(float(h[-1][1]) for h in histories)
-    answer = float(yaml.safe_load(record_text(folder, "best_info.yaml"))["fitness"])
+    info = yaml.safe_load(record_text(folder, "best_info.yaml"))
+    answer = float(info["test"] if noisy else info["fitness"])
+    if noisy:
+        final = true_score(folder, final)
     restarts = len(list(folder.glob("best_info_*.yaml")))
     return Run(final, answer, restarts, marker["wall_s"], float(yaml.safe_load(record_text(folder, "runtime.yaml"))),
                int(marker.get("flat_guards", 0)))
 
 
-Runs = dict[str, dict[str, dict[str, dict[int, Run]]]]
-"""toy -> side (``pbx``, ``reference``, ``pbx-<arm>``) -> algorithm -> seed -> run."""
+def true_score(folder: Path, observed: float) -> float:
+    """The noise-free score of the last round's member whose observed score is ``observed`` (the reference's
+    ``true_fitness.jsonl``: each training call of the round that ends at the run's end)."""
+    calls = [json.loads(line) for line in record_text(folder, TRUE_SCORES).splitlines() if line.strip()]
+    trained = [c for c in calls if not c["eval"]]
+    end = max(c["t"] + c["t_step"] for c in trained)
+    match = [c["true"] for c in trained if c["t"] + c["t_step"] == end and c["observed"] == observed]
+    if len(match) != 1:
+        raise ValueError(f"{folder}: {len(match)} calls of the last round observed {observed!r} in {TRUE_SCORES}")
+    return float(match[0])
+
+
+Runs = dict[str, dict[str, dict[str, dict[int, "Run | Crash"]]]]
+"""toy -> side (``pbx``, ``reference``, ``reference-guarded``, ``pbx-<arm>``) -> algorithm -> seed -> run, or
+the crash of a reference run (:func:`crashes`; every other reader skips them)."""
+
+
+def side_of(folder_side: str, info: dict) -> str:
+    """The side a run counts as: a reference run through the flat-generation guard is ``reference-guarded``
+    whichever folder holds it (older markers say so only by their count)."""
+    guarded = info.get("guarded", False) or int(info.get("flat_guards", 0)) > 0
+    return GUARDED if folder_side in ("reference", GUARDED) and guarded else folder_side
 
 
 def load(*roots: Path) -> Runs:
-    """Every run whose marker says it finished, under any of ``roots`` (a run found under two is an error)."""
+    """Every run whose marker says it finished, and every reference run that crashed, under any of ``roots``
+    (a run found under two is an error)."""
     runs: Runs = {}
     for root in roots:
         for marker in sorted(root.glob("*/*/*/s*.json")):
             algo_dir = marker.parent
-            side, toy = algo_dir.parent.name, algo_dir.parent.parent.name
+            folder_side, toy = algo_dir.parent.name, algo_dir.parent.parent.name
             info = json.loads(marker.read_text())
-            run = (reference_run if side == "reference" else pbx_run)(marker.with_suffix(""), info)
+            side = side_of(folder_side, info)
+            if "crash" in info:
+                c = info["crash"]
+                run: Run | Crash = Crash(c["error"], c["frame"], c["last_tick"], info["wall_s"])
+            else:
+                read = reference_run if folder_side in ("reference", GUARDED) else pbx_run
+                run = read(marker.with_suffix(""), info, toy in NOISY)
             by_seed = runs.setdefault(toy, {}).setdefault(side, {}).setdefault(algo_dir.name, {})
             if int(marker.stem[1:]) in by_seed:
                 raise ValueError(f"{marker.relative_to(root)} is in more than one of {[str(r) for r in roots]}")
@@ -137,8 +198,13 @@ def log_distance(scores: np.ndarray) -> np.ndarray:
 
 
 def runs_by_seed(runs: Runs, toy: str, side: str, algo: str) -> dict[int, Run]:
-    """The finished runs of one toy, side and algorithm, by seed."""
-    return runs.get(toy, {}).get(side, {}).get(algo, {})
+    """The finished runs of one toy, side and algorithm, by seed (crashed reference runs left out)."""
+    return {k: r for k, r in runs.get(toy, {}).get(side, {}).get(algo, {}).items() if isinstance(r, Run)}
+
+
+def crashes(runs: Runs, toy: str, side: str, algo: str) -> dict[int, Crash]:
+    """The reference runs of one toy, side and algorithm that stopped with an error, by seed."""
+    return {k: r for k, r in runs.get(toy, {}).get(side, {}).get(algo, {}).items() if isinstance(r, Crash)}
 
 
 def values(runs: Runs, toy: str, side: str, algo: str, answer: str, seeds: list[int] | None = None) -> np.ndarray:
@@ -181,17 +247,19 @@ def score_table(runs: Runs, toy: str, answer: str) -> str:
     equivalence verdict on the pbx row."""
     rows = []
     for algo in ALGOS:
-        v = {side: values(runs, toy, side, algo, answer) for side in SIDES}
-        if not all(len(x) for x in v.values()):
-            continue
-        for side in SIDES:
-            x = v[side]
+        v = {side: values(runs, toy, side, algo, answer) for side in (*SIDES, GUARDED)}
+        for side, x in v.items():
+            if not len(x):
+                continue
             iqm, bounds = interval_estimates(x[:, None], AGGREGATES["IQM"])
             sd = x.std(ddof=1) if len(x) > 1 else 0.0
-            rows.append([algo, side, str(len(x)), f"{x.mean():.3f} ± {sd:.3f}", interval(float(iqm), bounds, 3), "", ""])
-        p, bounds = interval_estimates((-v["pbx"][:, None], -v["reference"][:, None]), probability_of_improvement)
-        rows[-2][-2] = interval(float(p), bounds, 2)
-        rows[-2][-1] = equivalence(v["pbx"], v["reference"])
+            label = f"{side} (pbx's rule at flat generations: not the reference)" if side == GUARDED else side
+            verdict = "no verdict: not the authors' code" if side == GUARDED else ""
+            rows.append([algo, label, str(len(x)), f"{x.mean():.3f} ± {sd:.3f}", interval(float(iqm), bounds, 3), "",
+                         verdict])
+            if side == "pbx" and len(v["reference"]):
+                p, bounds = interval_estimates((-x[:, None], -v["reference"][:, None]), probability_of_improvement)
+                rows[-1][-2:] = [interval(float(p), bounds, 2), equivalence(x, v["reference"])]
     return markdown_table(["algorithm", "side", "runs", "log(1.2 − score), mean ± sd", "IQM [95% CI]",
                            "P(pbx closer) [95% CI]", f"pbx − reference, 90% CI (margin ±{MARGIN})"], rows)
 
@@ -231,33 +299,52 @@ def ablation_table(runs: Runs, toy: str, answer: str) -> str:
 
 def time_table(runs: Runs, toy: str) -> str:
     rows = []
-    for side, group_by_algo in sorted(runs.get(toy, {}).items()):
+    for side in sorted(runs.get(toy, {})):
         for algo in ALGOS:
-            group = [r for _, r in sorted(group_by_algo.get(algo, {}).items())]
+            by_seed = runs_by_seed(runs, toy, side, algo)
+            group = [r for _, r in sorted(by_seed.items())]
             if not group:
                 continue
             wall, own = np.array([r.wall_s for r in group]), np.array([r.own_s for r in group])
             restarts, guards = np.array([r.restarts for r in group]), np.array([r.flat_guards for r in group])
             rows.append([algo, side, str(len(group)), f"{wall.mean():.0f}", f"{own.mean():.0f}",
                          f"{restarts.mean():.2f} ({restarts.min()}–{restarts.max()})",
-                         f"{guards.sum()} in {(guards > 0).sum()} runs" if side == "reference" else ""])
+                         " ".join(f"s{k}:{r.restarts}" for k, r in sorted(by_seed.items())),
+                         f"{guards.sum()} in {(guards > 0).sum()} runs" if side == GUARDED else ""])
     return markdown_table(["algorithm", "side", "runs", "wall s/run", "run's own clock s/run",
-                           "generation ends/run (min–max)", "flat generations guarded"], rows)
+                           "generation ends/run (min–max)", "generation ends by seed", "flat generations guarded"],
+                          rows)
 
 
-def report(*roots: Path) -> str:
+def crash_table(runs: Runs, toy: str) -> str:
+    """The reference runs that stopped with an error: per algorithm, how many, and where each stopped."""
+    rows = []
+    for side in (*SIDES[1:], GUARDED):
+        for algo in ALGOS:
+            for seed, c in sorted(crashes(runs, toy, side, algo).items()):
+                rows.append([algo, side, f"s{seed}", str(c.last_tick), c.error, c.frame, f"{c.wall_s:.0f}"])
+    return markdown_table(["algorithm", "side", "seed", "last round started (t)", "error", "raised through",
+                           "wall s"], rows) if rows else "none"
+
+
+def report(*roots: Path, toys: list[str] | None = None) -> str:
+    """The tables of the runs under ``roots`` (read as one study), for ``toys`` (default: every toy they hold)."""
     runs = load(*roots)
-    where = ", ".join(f"`{root}`" for root in roots)
+    command = " ".join(["benchmarks/peers/ipbt/compare.py", *map(str, roots), *(["--toys", *toys] if toys else [])])
+    toys = toys or [t for t in TOYS if t in runs] + sorted(set(runs) - set(TOYS))
     lines = ["# pbx's BG-PBT and IPBT against the authors' code on PBT-Zoo's toys", "",
-             f"Population 8, step 10. Runs from {where}. Score: log(1.2 − score), the log distance to the optimum "
+             f"`{command}`", "",
+             f"Population 8, step 10. Score: log(1.2 − score), the log distance to the optimum "
              f"(lower is better). Equivalence margin ±{MARGIN} on its mean. Intervals: rliable's stratified "
              f"bootstrap over seeds (IQM, P), a percentile bootstrap over seeds (differences).", ""]
-    for toy in [t for t in TOYS if t in runs] + sorted(set(runs) - set(TOYS)):
+    for toy in toys:
         lines += [f"## {toy}", ""]
         for answer, title in ANSWERS.items():
             lines += [f"### {title}: side by side", "", score_table(runs, toy, answer), "",
                       f"### {title}: ablation (pbx)", "", ablation_table(runs, toy, answer), ""]
-        lines += ["### generation ends and wall time", "", time_table(runs, toy), ""]
+        lines += ["### generation ends and wall time", "", time_table(runs, toy), "",
+                  "### reference runs that stopped with an error (the authors' code, unguarded)", "",
+                  crash_table(runs, toy), ""]
     return "\n".join(lines)
 
 
@@ -266,11 +353,12 @@ def main() -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("root", type=Path, nargs="+", help="the study's folder (run_side_by_side.py --dir); several "
                    "read as one study")
+    p.add_argument("--toys", nargs="+", choices=TOYS, help="the toys to report (default: every toy of the runs)")
     p.add_argument("--out", type=Path, help="also write the report here")
     args = p.parse_args()
-    text = report(*args.root)
+    text = report(*args.root, toys=args.toys)
     if args.out is not None:
-        args.out.write_text(text)
+        args.out.write_text(text + "\n")
     print(text)
 
 

@@ -34,14 +34,27 @@ changes none of the authors' files:
   member and round, hours per run on a toy whose training takes microseconds. The
   launcher declares the same function without the GPU, so Ray reuses its workers;
   ``.options(num_cpus=..., num_gpus=...)`` at each call, the authors' code, sets
-  the resources as before. What a call computes does not change. The launcher also
-  guards IPBT's stagnation smoother against a flat generation (its round bests all
-  equal, as on ToyDeceptive after a restart): the z-scores are NaN (std 0), and the
-  authors' code stops with a traceback (GPyTorch's ``Normal`` refuses NaN targets;
-  with that check off, its Cholesky of the NaN-trained kernel does). The guard
-  answers "not improved", the value of the authors' comparison on NaN means and
-  pbx's rule (``pbx/strategies/generational/stagnation.py``), and prints ``pbx guard`` in the
-  run's log each time. A run that never meets a flat generation is unchanged.
+  the resources as before. What a call computes does not change, and nothing else
+  does: the authors' code decides every restart;
+- ``run_cpu_guarded.py`` (:data:`GUARDED_LAUNCHER`), only for the side ``reference-guarded``
+  (``run_side_by_side.py --sides reference-guarded``), a departure of the harness, not
+  the authors' code: the same launcher, plus a guard on IPBT's stagnation smoother at
+  a flat generation (its round bests all equal, as on ToyDeceptive after a restart).
+  There the z-scores are NaN (std 0), and the authors' code stops with a traceback
+  (GPyTorch's ``Normal`` refuses NaN targets; with that check off, its Cholesky of the
+  NaN-trained kernel does): that crash is a finding of the reference, which the
+  default launcher lets happen and the runner records (``run_side_by_side.py``). The
+  guard answers "not improved", the value of the authors' comparison on NaN means and
+  pbx's rule (``pbx/strategies/generational/stagnation.py``), and prints ``pbx guard`` in the run's
+  log each time: a guarded run's later restarts are decided by pbx's rule, so
+  ``compare.py`` never counts it as the reference;
+- ``task/toy_plain_fresh.py``'s ``ToyPlainNoisy*Task`` (:data:`FRESH_TASK`, the toy ``toy-plain-noisy``):
+  ToyPlain with Gaussian observation noise of standard deviation ``noise`` (the pbx
+  member's ``toy_plain.NOISE``) on every score the algorithm sees (a round's fitness
+  and the eval-only call before a generation, ``val``); the final answer's test
+  (``best_info.yaml``'s ``test``) is noise-free. Each call's noise-free and observed
+  score goes to ``true_fitness.jsonl`` in the run's folder, from which ``compare.py``
+  takes the true score of the final population's best.
 
 The other CPU settings are Hydra overrides on the command line (:func:`command`):
 ``general.num_gpus=0 general.num_cpus=1`` for the training tasks, the run folder
@@ -61,8 +74,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from toy_plain import NOISE
+
 GUARD_LINE = "pbx guard: flat generation"
-"""How the launcher's flat-generation guard begins the line it prints each time it answers (:data:`LAUNCHER`)."""
+"""How the guarded launcher's flat-generation guard begins the line it prints each time it answers
+(:data:`GUARDED_LAUNCHER`)."""
+TRUE_SCORES = "true_fitness.jsonl"
+"""The noisy toy's record of each call's noise-free and observed score, in the run's folder."""
 ALGOS = {"BGPBT": "bgpbt", "IPBT": "ipbt"}
 """pbx's ``--search`` name -> the reference's ``config/algo`` name."""
 SEED_BASE = 71173
@@ -76,8 +94,13 @@ NEEDED = ["run.py", "utils.py", "algo/base.py", "algo/bayes_mixin.py", "algo/pbt
 FRESH_TASK = '''"""Adapter written by pbx's side-by-side (benchmarks/peers/ipbt/reference.py), not the authors' code.
 
 ToyPlain with what IPBT's restart needs: a fresh model (get_fresh_model) and a model_state_dict that maps
-parameter names to tensors, {"theta": theta}. ToyPlain itself computes every step and score.
+parameter names to tensors, {"theta": theta}. ToyPlain itself computes every step and score. ToyPlainNoisy*Task:
+the same with observation noise on the scores the algorithm sees.
 """
+import json
+from pathlib import Path
+
+import numpy as np
 import torch
 
 from task.toy_deceptive import ToyDeceptiveTask
@@ -124,10 +147,44 @@ class ToyDeceptiveFreshModelTask(ToyDeceptiveTask):
 
     def get_fresh_model(self, solution):
         return ToyPlainModel(len(solution))
+
+
+class NoisyScores:
+    """Gaussian observation noise of standard deviation noise on every score the algorithm sees (a round's fitness,
+    the eval-only call before a generation); the eval-only call for the final answer's test is noise-free. The draw
+    comes from the call's seed, t, t_step, lr and noise-free score. Each call's noise-free and observed score is
+    appended to true_fitness.jsonl in the run's folder."""
+
+    def __init__(self, noise, cfg, **kwargs):
+        super().__init__(**kwargs)
+        self.noise = float(noise)
+        self.record = Path(cfg.path.dir_exp) / 'true_fitness.jsonl'
+
+    def __call__(self, seed, solution, t, t_step, cpkt_loaded, tb_dir, only_evaluate):
+        out = super().__call__(seed, solution, t, t_step, cpkt_loaded, tb_dir, only_evaluate)
+        true = out['fitness']
+        if not (only_evaluate and 'test' in only_evaluate):
+            bits = [int(np.float32(solution[0]).view(np.uint32)),
+                    *(int(b) for b in np.array([true], dtype=np.float64).view(np.uint32))]
+            rng = np.random.default_rng([int(seed), int(t), int(t_step), *bits])
+            observed = true + float(rng.normal(0.0, self.noise))
+            out = dict(out, fitness=observed, **({'val': observed} if only_evaluate else {}))
+        with open(self.record, 'a') as f:
+            f.write(json.dumps({'seed': int(seed), 't': int(t), 't_step': int(t_step), 'lr': float(solution[0]),
+                                'eval': list(only_evaluate or []), 'true': true, 'observed': out['fitness']}) + '\\n')
+        return out
+
+
+class ToyPlainNoisyTask(NoisyScores, ToyPlainTask):
+    """BG-PBT's noisy ToyPlain."""
+
+
+class ToyPlainNoisyFreshModelTask(NoisyScores, ToyPlainFreshModelTask):
+    """IPBT's noisy ToyPlain, with the fresh model its restart needs."""
 '''
 
 
-LAUNCHER = '''"""Launcher written by pbx's side-by-side (benchmarks/peers/ipbt/reference.py), not the authors' code.
+_LAUNCHER_HEAD = '''"""A launcher from pbx's side-by-side (benchmarks/peers/ipbt/reference.py), not the authors' code.
 
 Runs run.py's main with the per-member Ray task declared without a GPU, so that Ray reuses its workers (a task
 declared with a GPU gets max_calls=1: a new process per call, to free GPU memory, which a CPU run does not use).
@@ -142,7 +199,11 @@ import algo.ipbt
 
 _declared = algo.base.BaseAlgo.__dict__['_task_fn_ray'].__func__  # the RemoteFunction: num_cpus=1, num_gpus=0.25
 algo.base.BaseAlgo._task_fn_ray = staticmethod(ray.remote(num_cpus=1, num_gpus=0)(_declared._function))
+'''
 
+_GUARD = '''
+# A departure of the harness (run_cpu_guarded.py only): pbx's rule answers for the authors' smoother at a flat
+# generation, where the authors' code stops with a traceback.
 _gauge = algo.ipbt.train_approximate_gp_and_gauge_improvement
 
 
@@ -158,11 +219,20 @@ def _gauge_or_flat(train_x, train_y, inducing_points, path, title='', training_i
 
 
 algo.ipbt.train_approximate_gp_and_gauge_improvement = _gauge_or_flat
+'''
 
+_LAUNCHER_MAIN = '''
 if __name__ == '__main__':
     here = os.path.dirname(os.path.abspath(__file__))
     runpy.run_path(os.path.join(here, 'run.py'), run_name='__main__')
 '''
+
+LAUNCHER = _LAUNCHER_HEAD + _LAUNCHER_MAIN
+"""``run_cpu.py``: the authors' code with the CPU override only."""
+GUARDED_LAUNCHER = _LAUNCHER_HEAD + _GUARD + _LAUNCHER_MAIN
+"""``run_cpu_guarded.py``: :data:`LAUNCHER` plus the flat-generation guard (the side ``reference-guarded``)."""
+LAUNCHERS = {False: "run_cpu.py", True: "run_cpu_guarded.py"}
+"""Guarded or not -> the launcher's file in the checkout."""
 
 
 INT_INDICES_SPACE = '''"""Written by pbx's side-by-side (benchmarks/peers/ipbt/reference.py), not the authors' code.
@@ -181,14 +251,20 @@ class ConfigSpaceSearchSpaceIntIndices(ConfigSpaceSearchSpace):
 '''
 
 
-TOYS = {"toy-plain": ("toyplain", "ToyPlain", "toy_plain"), "toy-deceptive-zoo": ("toydeceptive", "ToyDeceptive", "toy_deceptive")}
-"""pbx's env name -> the config's name part, the task's class name part and its module (PBT-Zoo's)."""
+TOYS = {"toy-plain": ("toyplain", "ToyPlain", "toy_plain"),
+        "toy-deceptive-zoo": ("toydeceptive", "ToyDeceptive", "toy_deceptive"),
+        "toy-plain-noisy": ("toyplainnoisy", "ToyPlainNoisy", "toy_plain_fresh")}
+"""pbx's env name -> the config's name part, the task's class name part and its module (PBT-Zoo's, or the
+adapter's for the noisy toy)."""
+NOISY = {"toy-plain-noisy": NOISE}
+"""The toys with observation noise -> its standard deviation (the pbx member's)."""
 
 
 def config_text(algo: str, toy: str = "toy-plain", t_step: int = 10, t_max: int = 1000) -> str:
     """The Hydra config of a run of ``algo`` (``bgpbt`` or ``ipbt``) on ``toy`` (a key of :data:`TOYS`)."""
     short, cls, module = TOYS[toy]
     task = f"task.toy_plain_fresh.{cls}FreshModelTask" if algo == "ipbt" else f"task.{module}.{cls}Task"
+    noise = f"\n  noise: {NOISY[toy]}" if toy in NOISY else ""
     space = "search_space.cs.ConfigSpaceSearchSpace" if algo == "ipbt" else \
         "search_space.cs_int_indices.ConfigSpaceSearchSpaceIntIndices"
     return f"""# Written by pbx's side-by-side (benchmarks/peers/ipbt/reference.py), not the authors' code.
@@ -208,7 +284,7 @@ algo:
 
 task:
   _target_: {task}
-  t_max: ${{algo.t_max}}
+  t_max: ${{algo.t_max}}{noise}
 
 search_space:
   _target_: {space}
@@ -234,7 +310,8 @@ def prepare(checkout: Path, setups: tuple[tuple[str, int, int], ...] = (("toy-pl
         raise SystemExit(f"{checkout}: not a checkout of AwesomeLemon/IPBT with PBT-Zoo's task/toy_plain.py "
                          f"(missing {', '.join(missing)}); see run_side_by_side.py's docstring")
     (checkout / "task" / "toy_plain_fresh.py").write_text(FRESH_TASK)
-    (checkout / "run_cpu.py").write_text(LAUNCHER)
+    (checkout / LAUNCHERS[False]).write_text(LAUNCHER)
+    (checkout / LAUNCHERS[True]).write_text(GUARDED_LAUNCHER)
     (checkout / "search_space" / "cs_int_indices.py").write_text(INT_INDICES_SPACE)
     for algo in ALGOS:
         for toy, t_step, t_max in setups:
@@ -243,10 +320,10 @@ def prepare(checkout: Path, setups: tuple[tuple[str, int, int], ...] = (("toy-pl
 
 
 def command(python: str, checkout: Path, algo: str, seed: int, folder: Path, toy: str = "toy-plain",
-            t_step: int = 10, t_max: int = 1000) -> list[str]:
+            t_step: int = 10, t_max: int = 1000, guarded: bool = False) -> list[str]:
     """The command that runs ``algo`` (pbx's name) on ``toy`` with ``seed`` into ``folder`` (which ``run.py``
-    empties)."""
-    return [python, str(checkout / "run_cpu.py"), "--config-name", config_name(algo, toy, t_step, t_max),
+    empties): the authors' code, or with ``guarded`` the launcher with pbx's flat-generation guard."""
+    return [python, str(checkout / LAUNCHERS[guarded]), "--config-name", config_name(algo, toy, t_step, t_max),
             f"++general.seed_offset={seed}", f"path.dir_exp={folder}", f"path.dir_my={folder.parent}",
             "general.num_gpus=0", "general.num_cpus=1", "++server.ray_address=null",
             f"hydra.run.dir={folder.parent / '.hydra' / folder.name}", "hydra.job.chdir=False"]

@@ -9,7 +9,16 @@ constant step too, so the two algorithms' first generations are alike):
   distance to the optimum 1.2 (the score ``compare.py`` reads, on a log scale)
   tells searches apart where 1,000 steps put every run within 1e-3 of 1.2;
 - ``toy-deceptive-zoo`` (``toy_deceptive.py``, PBT-Zoo's ToyDeceptive to the bit) for
-  1,000 steps, its ``t_max``: the target schedule falls to 0 at the run's end.
+  1,000 steps, its ``t_max``: the target schedule falls to 0 at the run's end;
+- ``toy-plain-noisy`` (``toy_plain.py``'s ToyPlain with Gaussian observation noise of
+  standard deviation ``toy_plain.NOISE`` on the scores the algorithms see, the same
+  noise in the reference's adapter, ``reference.py``) for :data:`NOISY_BUDGET` steps:
+  the toy where both algorithms restart and the generations after a restart train.
+  On the noise-free toys BG-PBT never restarts (a flat or rising best is progress to
+  its rule) and IPBT's generations after a restart on ToyDeceptive cannot train;
+  here the true gain of a round falls below the noise as the score nears 1.2, so the
+  generation's best stalls, and ToyPlain always trains. ``compare.py`` reads the
+  noise-free score (pbx's test score, the reference's ``true_fitness.jsonl``).
 
 ``--arms`` adds pbx runs with one kept departure switched on (:data:`ARMS`, the
 ablation), each beside pbx's default runs of the same toy and seeds. Then
@@ -19,14 +28,23 @@ ablation), each beside pbx's default runs of the same toy and seeds. Then
         --checkout /work/studies/ipbt-ref --reference-python /work/studies/refenv/bin/python \\
         --arms all [--seeds 8] [--commit-to docs/results/ipbt_side_v2]
 
+The reference side runs the authors' code as they wrote it: a reference run that
+stops with an error (the authors' IPBT on a flat generation, ``reference.py``) is
+a finding of the reference, not a failure of the study: its marker records the exit
+status, the error's last line and the last round it started (``crash``), and the
+study goes on. ``--sides reference-guarded`` runs the reference with the harness's
+flat-generation guard instead (pbx's rule answers for the authors' smoother there),
+in a side of its own that ``compare.py`` never counts as the reference.
+
 A run that finished (its marker ``<toy>/<side>/<ALGO>/s<seed>.json`` holds its
 command, exit status and wall time) is skipped; a pbx run that stopped is resumed
 (``--resume``), a reference run that stopped starts again (``run.py`` empties its
 folder). Runs go one at a time, niced, the default sides' runs of a seed together
 before the ablation's, so an interrupted study still has matched pairs.
 ``--commit-to`` copies each finished run's small files (pbx: ``config.yaml``,
-``history.csv``, ``strategy.csv``; the reference: its ``*.yaml`` and ``data.csv``;
-the marker) into that folder of the repository, the large ones gzipped
+``history.csv``, ``strategy.csv``; the reference: its ``*.yaml``, ``data.csv``,
+IPBT's ``df_idx_at_restart.csv`` and, on the noisy toy, ``true_fitness.jsonl``; the marker)
+into that folder of the repository, the large ones gzipped
 (:data:`PACKED`: ``history.csv.gz``, which ``compare.py`` reads as it reads the
 study's plain files), and commits them, that folder's files only
 (``git commit -- <files>``).
@@ -42,12 +60,13 @@ The reference checkout (not in this repository; its code stays out of it):
 The first side-by-side was run at IPBT ``c307f87`` (``config/base.yaml`` at ``3e473b4``)
 and PBT-Zoo ``229479f``. Before the first reference run the runner writes its
 adapters into the checkout (``reference.py``: the toys with the fresh model IPBT's
-restart needs, the Hydra configs, a launcher that lets Ray reuse its workers
-on the CPU); the authors' files stay as they are. Each reference run gets a
+restart needs, the noisy toy, the Hydra configs, the launchers that let Ray reuse
+its workers on the CPU, with and without the guard); the authors' files stay as they are. Each reference run gets a
 private Ray instance with one CPU and one logical GPU, so no ``ray start`` is needed.
 
 Layout of ``--dir``: ``<toy>/pbx/<ALGO>/s<seed>/`` (pbx's run folder),
 ``<toy>/pbx-<arm>/<ALGO>/s<seed>/`` (an ablation arm's), ``<toy>/reference/<ALGO>/s<seed>/``
+(``<toy>/reference-guarded/...`` for the guarded side)
 (the reference's experiment folder: ``best_info.yaml``, ``history_fitness.yaml``,
 ``best_info_<t>.yaml`` per finished generation, ``data.csv``), and beside each its
 log (``s<seed>.log``) and marker.
@@ -59,6 +78,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -71,9 +91,17 @@ import reference
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 SIDES = ("pbx", "reference")
+"""The sides a study runs by default; ``reference-guarded`` (:data:`GUARDED`) only when named."""
+GUARDED = "reference-guarded"
+"""The reference run through the launcher with pbx's flat-generation guard (``reference.GUARDED_LAUNCHER``)."""
+REFERENCE_SIDES = ("reference", GUARDED)
+IDX_AT_RESTART = "df_idx_at_restart.csv"
+"""The reference IPBT's record of each trial's lineage (``decisions.py`` gives it to the authors' restart)."""
+NOISY_BUDGET = 1000
+"""``toy-plain-noisy``'s env steps a member."""
 POP_SIZE = 8
 PACKED = frozenset({"history.csv", "strategy.csv", "data.csv", "history_fitness.yaml", "history_population.yaml",
-                    "history_solution.yaml"})
+                    "history_solution.yaml", reference.TRUE_SCORES, IDX_AT_RESTART})
 """The small files ``--commit-to`` commits gzipped (``<name>.gz``): a run's rows, most of its bytes."""
 
 
@@ -88,7 +116,8 @@ class Toy:
 
 
 TOYS = {"toy-plain": Toy(HERE / "toy_plain.py", 10, 300),
-        "toy-deceptive-zoo": Toy(HERE / "toy_deceptive.py", 10, 1000)}
+        "toy-deceptive-zoo": Toy(HERE / "toy_deceptive.py", 10, 1000),
+        "toy-plain-noisy": Toy(HERE / "toy_plain.py", 10, NOISY_BUDGET)}
 ARMS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "climb": (("BGPBT", "IPBT"), {"tr_search": "climb"}),
     "perturb": (("BGPBT", "IPBT"), {"tr_search": "perturb"}),
@@ -124,7 +153,7 @@ state, so it changes nothing on them."""
 class Job:
     toy: str
     side: str
-    """``pbx``, ``reference`` or ``pbx-<arm>``."""
+    """``pbx``, ``reference``, ``reference-guarded`` or ``pbx-<arm>``."""
     algo: str
     """pbx's ``--search`` name: ``BGPBT`` or ``IPBT``."""
     seed: int
@@ -160,17 +189,19 @@ def pbx_command(job: Job, folder: Path) -> list[str]:
 
 
 def run(job: Job, root: Path, checkout: Path | None, python: str | None) -> float:
-    """Run ``job`` to its end, niced, its output in its log; write its marker. Returns its wall time (s)."""
+    """Run ``job`` to its end, niced, its output in its log; write its marker. Returns its wall time (s). A pbx
+    run that fails stops the study; a reference run that stops with an error is recorded (:func:`crash`)."""
     folder = job.folder(root)
     folder.parent.mkdir(parents=True, exist_ok=True)
     toy = TOYS[job.toy]
-    if job.side != "reference":
+    if job.side not in REFERENCE_SIDES:
         cmd = pbx_command(job, folder)
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLBACKEND="Agg")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     else:
         assert checkout is not None and python is not None
-        cmd = reference.command(python, checkout, job.algo, job.seed, folder, job.toy, toy.t_ready, toy.budget)
+        cmd = reference.command(python, checkout, job.algo, job.seed, folder, job.toy, toy.t_ready, toy.budget,
+                                guarded=job.side == GUARDED)
         env = reference.environment(checkout)
     start = time.perf_counter()
     log_path = folder.with_suffix(".log")
@@ -181,28 +212,46 @@ def run(job: Job, root: Path, checkout: Path | None, python: str | None) -> floa
         rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT),
                              preexec_fn=lambda: os.nice(10))
     wall = time.perf_counter() - start
-    if rc != 0:
+    if rc != 0 and job.side not in REFERENCE_SIDES:
         raise SystemExit(f"{job.toy} {job.side} {job.algo} seed {job.seed} failed (exit {rc}): see {log_path}")
-    marker = {"command": cmd, "rc": rc, "wall_s": wall, "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if job.side == "reference":
+    marker: dict[str, object] = {"command": cmd, "rc": rc, "wall_s": wall,
+                                 "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if job.side in REFERENCE_SIDES:
         with open(log_path, errors="replace") as log:
             log.seek(offset)
-            marker["flat_guards"] = flat_guards(log.read())
+            text = log.read()
+        marker["guarded"] = job.side == GUARDED
+        if job.side == GUARDED:
+            marker["flat_guards"] = flat_guards(text)
+        if rc != 0:
+            marker["crash"] = crash(text)
     job.marker(root).write_text(json.dumps(marker, indent=1))
     return wall
 
 
 def flat_guards(log: str) -> int:
-    """How often a reference run's IPBT met a flat generation, where the launcher's guard answered for the
-    authors' smoother (``reference.LAUNCHER``): the lines it printed in the run's log."""
+    """How often a guarded reference run's IPBT met a flat generation, where the launcher's guard answered for
+    the authors' smoother (``reference.GUARDED_LAUNCHER``): the lines it printed in the run's log."""
     return log.count(reference.GUARD_LINE)  # the authors' prints may leave a line open before it
+
+
+def crash(log: str) -> dict[str, object]:
+    """Where a reference run stopped, from its log: the error (the traceback's last line), the authors' frame
+    it was raised through last (``algo/...``), the last round it started (``Start tick <t>``) and how many of its
+    rounds started."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    error = next((line for line in reversed(lines) if re.match(r"^[\w.]+(Error|Exception)\b", line)), "")
+    frames = [line for line in lines if line.startswith("File ") and "/algo/" in line]
+    ticks = [int(t) for t in re.findall(r"Start tick (\d+)", log)]
+    return {"error": error, "frame": frames[-1] if frames else "", "last_tick": ticks[-1] if ticks else None,
+            "ticks": len(ticks)}
 
 
 def small_files(job: Job, root: Path) -> list[Path]:
     """The files of a finished run that let its numbers be recomputed (no checkpoints, curves or logs)."""
     folder = job.folder(root)
-    names = (["config.yaml", "history.csv", "strategy.csv"] if job.side != "reference" else
-             sorted(p.name for p in folder.glob("*.yaml")) + ["data.csv"])
+    names = (["config.yaml", "history.csv", "strategy.csv"] if job.side not in REFERENCE_SIDES else
+             sorted(p.name for p in folder.glob("*.yaml")) + ["data.csv", reference.TRUE_SCORES, IDX_AT_RESTART])
     return [job.marker(root)] + [folder / name for name in names if (folder / name).is_file()]
 
 
@@ -252,7 +301,8 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=8, help="seeds 0 .. N-1 (default 8)")
     p.add_argument("--toys", nargs="+", default=list(TOYS), choices=list(TOYS))
     p.add_argument("--algos", nargs="+", default=["BGPBT", "IPBT"], choices=list(reference.ALGOS))
-    p.add_argument("--sides", nargs="+", default=list(SIDES), choices=SIDES)
+    p.add_argument("--sides", nargs="+", default=list(SIDES), choices=[*SIDES, GUARDED],
+                   help=f"default: {' '.join(SIDES)}; {GUARDED}: the reference with pbx's flat-generation guard")
     p.add_argument("--arms", nargs="*", default=[], choices=[*ARMS, "all"],
                    help="ablation arms: pbx runs with one kept departure on (all: every arm)")
     p.add_argument("--budget", type=int, help="env steps a member on every toy (tests; default: each toy's)")
@@ -270,7 +320,7 @@ def main() -> None:
     if dest is not None and not dest.is_relative_to(ROOT):
         p.error(f"--commit-to {dest} is outside the repository")
     arms = list(ARMS) if "all" in args.arms else args.arms
-    if "reference" in args.sides:
+    if set(args.sides) & set(REFERENCE_SIDES):
         if args.checkout is None or args.reference_python is None:
             p.error("the reference side needs --checkout and --reference-python (see the docstring)")
         reference.prepare(args.checkout.resolve(), tuple((t, TOYS[t].t_ready, TOYS[t].budget) for t in args.toys))

@@ -23,6 +23,13 @@ at a restart (half of the candidates) come from ``U(1e-4, 1.1)`` in pbx, where t
 reference draws them from ``U(0.9, 1.1)`` too. ``-m init=space`` takes the strategy's
 draws everywhere.
 
+``toy-plain-noisy`` (the same member, ``noise`` :data:`NOISE` by default): every score the strategy sees (a
+round's score and the score of a state, ``score_state``) carries Gaussian observation noise of that standard
+deviation, drawn from the member's seed, its steps and the call; the test score (``evaluate``) stays the noise-free
+``1.2 - theta^2``, which the side-by-side reads. Noise makes a generation's best stall once the true gain of a round
+falls below it (BG-PBT's restart rule, which counts a flat plateau as progress, then fires), and keeps a generation's
+round bests from being equal (the authors' IPBT smoother stops on an all-equal generation).
+
     .venv/bin/python benchmarks/peers/ipbt/toy_plain.py --env toy-plain --search IPBT --seed 0 \\
         --batchsize 8 --t_ready 10 --max_budget 1000 --run-dir /tmp/toy-plain-ipbt
 """
@@ -46,6 +53,8 @@ THETA0 = np.float32(0.9)
 """The reference's fresh weight (``prepare_initial_ckpt``: ``torch.tensor([0.9])``, float32)."""
 INIT_RANGE = (0.9, 1.1)
 """The reference's ``init_sample``: the first population's ``lr``."""
+NOISE = 0.1
+"""``toy-plain-noisy``'s observation noise (standard deviation on the score)."""
 F32 = np.float32
 
 
@@ -55,9 +64,15 @@ class ToyPlainSettings(MemberSettings):
     """``reference``: the first population's ``lr`` uniform in [0.9, 1.1] from the member's seed (PBT-Zoo's
     ``init_sample``); ``space``: as the strategy draws it."""
 
+    noise: float = 0.0
+    """Standard deviation of the Gaussian observation noise on the scores the strategy sees (``toy-plain-noisy``:
+    :data:`NOISE`); the test score stays noise-free."""
+
     def __post_init__(self) -> None:
         if self.init not in ("reference", "space"):
             raise UsageError(f"init must be 'reference' or 'space', got {self.init!r}")
+        if not (isinstance(self.noise, (int, float)) and np.isfinite(self.noise) and self.noise >= 0):
+            raise UsageError(f"noise must be a finite standard deviation >= 0, got {self.noise!r}")
 
 
 def step(theta: np.float32, lr: np.float32) -> np.float32:
@@ -81,6 +96,10 @@ class ToyPlainMember(Member):
     @classmethod
     def run_defaults(cls, env: str) -> dict[str, object]:
         return {"t_ready": 10, "max_budget": 1000}  # the side-by-side's: IPBT's 1% step, t_max 1000
+
+    @classmethod
+    def setting_defaults(cls, env: str) -> dict[str, object]:
+        return {"noise": NOISE} if env == "toy-plain-noisy" else {}
 
     @classmethod
     def describe(cls, settings: MemberSettings) -> str:
@@ -115,7 +134,15 @@ class ToyPlainMember(Member):
             self.theta = step(self.theta, lr)
             self._curve.append((self.steps + k + 1, fitness(self.theta)))
         self.steps += steps
-        return fitness(self.theta)
+        return self.observed(fitness(self.theta), 1)
+
+    def observed(self, score: float, call: int) -> float:
+        """``score`` as the strategy sees it: plus the setting's noise, drawn from the member's seed, its steps and
+        ``call`` (1: a round's score, 0: a state's), so a resume sees the same draws."""
+        if not self.settings.noise:
+            return score
+        rng = np.random.default_rng([self.context.seed, self.steps, call, int(np.float32(self.lr).view(np.uint32))])
+        return score + float(rng.normal(0.0, self.settings.noise))
 
     def curve(self) -> list[tuple[int, float]]:
         return list(self._curve)
@@ -123,7 +150,7 @@ class ToyPlainMember(Member):
     def score_state(self, seed: int) -> float:
         # the reference's eval-only call before a generation's first round (``only_evaluate``): the fitness of
         # theta as it is; without it BG-PBT's and IPBT's first explore has no interval and perturbs as PBT
-        return fitness(self.theta)
+        return self.observed(fitness(self.theta), 0)
 
     def evaluate(self, seed: int) -> float:
         return fitness(self.theta)  # the reference's val and test are the fitness itself
@@ -169,7 +196,7 @@ def check_against_torch(trials: int = 10_000, seed: int = 0) -> int:
     return differ
 
 
-register(ToyPlainMember, "toy-plain")
+register(ToyPlainMember, "toy-plain", "toy-plain-noisy")
 
 if __name__ == "__main__":
     from pbx.train import main
