@@ -135,6 +135,9 @@ BAD = [
     (["--env", "toy", "--search", "PB2", "--cat_exp", "exp3"], "the search space has none"),
     (["--env", "toy", "--search", "PB2", "--cat_exp", "cocabo"], "the search space has none"),
     (["--env", "toy-cat", "--search", "PBT", "--cat_exp", "exp3"], "needs --search PB2"),
+    # the trust region's GP models the continuous hyperparameters alone: EXP3 and CoCaBO would have nothing to act on
+    (["--env", "toy-cat", "--search", "BGPBT", "--cat_exp", "cocabo"], "needs --search PB2; --search BGPBT takes"),
+    (["--env", "toy-cat", "--search", "IPBT", "--cat_exp", "exp3"], "needs --search PB2; --search IPBT takes"),
     (["--env", "toy-cat", "--search", "none", "--cat_exp", "fixed"], "settings of --search PBT and PB2, not none"),
 ]
 

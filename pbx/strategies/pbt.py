@@ -43,7 +43,7 @@ class PBTSettings(StrategySettings):
     def __post_init__(self) -> None:
         if not 0 <= self.resample_prob <= 1:
             raise UsageError(f"resample_prob must be in [0, 1], got {self.resample_prob}")
-        self.cat_exp = canonical_cat_exp(self.cat_exp, self.cat_exps, "PBT")
+        self.cat_exp = canonical_cat_exp(self.cat_exp, self.cat_exps, type(self).__name__.removesuffix("Settings"))
 
 
 def perturb(

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -90,6 +90,11 @@ AUTHORS_START = (1.0, 1e-3)
 @dataclass
 class GenerationalSettings(PB2Settings):
     """The trust-region BO both strategies explore with (CASMO's defaults) and their first population."""
+
+    cat_exps: ClassVar[tuple[str, ...]] = ("random", "fixed")
+    """Categorical hyperparameters are resampled as PB2-Rand's (``random``) or held (``fixed``): the trust
+    region's GP models the continuous ones alone (:meth:`Generational._posterior`), so PB2's EXP3 and CoCaBO,
+    which pick categories with their own GP or bandit, have no part of it to act on."""
 
     window: int = 100
     """Most recent intervals of the current generation the GP learns from (the reference keeps 100)."""
