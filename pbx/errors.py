@@ -34,3 +34,8 @@ def command_parser(prog: str, description: str, doc: str) -> ArgumentParser:
     (its second paragraph), so the two cannot disagree."""
     return ArgumentParser(prog=prog, description=description, epilog=f"examples:\n{doc.split(chr(10) * 2)[1]}",
                           formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def either(names: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``: the choices a refusal or a flag's help names."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"

@@ -37,7 +37,7 @@ import sys
 from typing import Sequence
 
 from pbx.env_section import SECTION
-from pbx.errors import ArgumentParser, UsageError, command_parser
+from pbx.errors import ArgumentParser, UsageError, command_parser, either
 from pbx.fingerprint import TOYS
 from pbx.history import History
 from pbx.members import ALGOS, REGISTERED
@@ -150,13 +150,8 @@ def _registered() -> dict[str, str]:
     apart, with their aliases), the agents (:data:`pbx.members.ALGOS`) and the envs that train a member of their
     own (the toys, :data:`pbx.members.REGISTERED`)."""
     aliases = "".join(f"; {alias} is {name}" for alias, name in ALIASES.items())
-    return {"strategies": _either([name for name in STRATEGIES if name != Schedule.name]) + aliases,
-            "replay": Schedule.name, "algos": _either(list(ALGOS)), "own_envs": ", ".join([*TOYS, *REGISTERED])}
-
-
-def _either(names: list[str]) -> str:
-    """``a, b or c``."""
-    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+    return {"strategies": either([name for name in STRATEGIES if name != Schedule.name]) + aliases,
+            "replay": Schedule.name, "algos": either(list(ALGOS)), "own_envs": ", ".join([*TOYS, *REGISTERED])}
 
 
 def _default(dest: str) -> str:

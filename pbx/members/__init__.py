@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Iterable
 
-from pbx.errors import UsageError
+from pbx.errors import UsageError, either
 from pbx.members.base import Diverged, Member, MemberContext, MemberSettings, Stopped
 from pbx.members.toys.toy import TOY_ENVS, ToyMember
 
@@ -135,23 +135,18 @@ def _check_actions(cls: type[Member], env: str, algo: str, env_settings: EnvSett
     agents: dict[str, type[SB3Agent]] = {name: algo_class(name) for name in ALGOS}  # type: ignore[misc]
     able = [name for name, agent in agents.items() if agent.has_defaults(env) and agent.acts_in(action_space)]
     if able:
-        needs = _either([ACTION_KINDS.get(kind.__name__, kind.__name__) for kind in cls.action_spaces])
+        needs = either([ACTION_KINDS.get(kind.__name__, kind.__name__) for kind in cls.action_spaces])
         found = ACTION_KINDS.get(type(action_space).__name__, f"a {type(action_space).__name__}").split(" (")[0]
-        fix = f"{cls.name} needs {needs} actions and {env}'s are {found}; use --algo {_either(able)}"
+        fix = f"{cls.name} needs {needs} actions and {env}'s are {found}; use --algo {either(able)}"
     else:
         kinds = list(dict.fromkeys(kind.__name__ for agent in agents.values() for kind in agent.action_spaces))
-        fix = f"no pbx agent can (they act in {_either(kinds)} spaces): wrap the env's actions as one of those"
+        fix = f"no pbx agent can (they act in {either(kinds)} spaces): wrap the env's actions as one of those"
     raise UsageError(f"--algo {algo} cannot act in {env}'s action space {action_space}: {fix}")
 
 
 ACTION_KINDS = {"Box": "continuous (Box)", "Discrete": "discrete (Discrete)",
                 "MultiDiscrete": "multi-discrete (MultiDiscrete)", "MultiBinary": "binary (MultiBinary)"}
 """How a refusal names an action space's kind, by its class name."""
-
-
-def _either(names: list[str]) -> str:
-    """``a``, ``a or b``, ``a, b or c``."""
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def _check_observations(env: str, algo: str, env_settings: EnvSettings | None, off_policy: bool = False) -> None:
