@@ -137,12 +137,42 @@ def test_the_side_by_side_calls_equivalence_only_inside_its_margin() -> None:
     rng = np.random.default_rng(0)
     a = rng.normal(-5.0, 0.01, 8)
     assert compare.equivalence(a, a + 0.001).endswith("equivalent")
-    assert compare.equivalence(a, a + 0.5).endswith("not shown")
     assert compare.equivalence(a[:1], a[:1] + 0.001).endswith("no verdict under 8 seeds a side")
+    assert compare.equivalence(a, a + 0.5).endswith("they differ (95% CI leaves out 0)")
+    assert compare.equivalence(a, a + 0.03, margin=0.05).endswith("equivalent")
+    assert compare.equivalence(a, a + 0.03, margin=0.02).endswith("not shown; they differ (95% CI leaves out 0)")
+    assert compare.equivalence(a, a + np.tile([-0.5, 0.5], 4), margin=0.05).endswith(": not shown")  # wide: no call
     # the ablation pairs seeds: a shift common to both runs of a seed is no difference
     assert compare.paired_difference(a + np.arange(8), a + np.arange(8) + 0.01, 0.95) == pytest.approx((-0.01,) * 3)
     assert compare.log_distance(np.array([1.2 - np.e ** -3]))[0] == pytest.approx(-3.0)
     assert toy_deceptive.check_against_torch(trials=50) == 0  # PBT-Zoo's ToyDeceptive to the bit
+
+
+def test_the_anytime_measures_read_both_sides_on_one_clock() -> None:
+    """The area and the budget to the threshold (anytime.py): both sides' committed runs of the noisy toy on the same
+    budget clock (BG-PBT's first round of 24 members costs 3 rounds on both), the best so far never worse than
+    the final answer, the threshold the greedy schedule's at half the budget."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "peers" / "ipbt"))
+    try:
+        import anytime
+        import compare
+    finally:
+        sys.path.pop(0)
+    runs = compare.load(ROOT / "docs" / "results" / "ipbt_side_v7")
+    pbx, ref = (compare.runs_by_seed(runs, "toy-plain-noisy", side, "BGPBT")[0] for side in ("pbx", "reference"))
+    assert pbx.rounds is not None and ref.rounds is not None
+    assert pbx.rounds.ends[0] == ref.rounds.ends[0] == 30 and pbx.rounds.ends[-1] == ref.rounds.ends[-1] == 1000
+    for run in (pbx, ref):
+        assert run.restarts >= 1 and len(run.restart_at) == run.restarts
+        so_far = run.rounds.so_far()
+        assert len(so_far) == 100 and np.all(np.diff(so_far) <= 0) and so_far[-1] <= run.measure("final")
+        assert run.measure("area") == pytest.approx(so_far.mean())
+    # (1 - 0.002 (2 - 1e-4))^500 from theta 0.9: the greedy schedule's distance after half of 1,000 steps
+    assert anytime.threshold(1000) == pytest.approx(np.log(0.81) + 1000 * np.log(1 - 0.002 * (2 - 1e-4)), abs=1e-3)
+    close = 1.2 - np.exp(anytime.threshold(1000) - 0.01)
+    rounds = anytime.Rounds(np.arange(10, 101, 10), np.array([0.5] * 4 + [close] + [0.5] * 5), 10, 100)
+    assert rounds.budget_to_threshold() == 0.5 and rounds.so_far()[-1] == pytest.approx(np.log(1.2 - close))
+    assert anytime.Rounds(rounds.ends, np.full(10, 0.5), 10, 100).budget_to_threshold() == 1.1  # never reached
 
 
 def test_the_reference_runs_unguarded_and_a_crash_or_a_guard_keeps_a_run_out_of_the_reference(tmp_path) -> None:

@@ -23,9 +23,15 @@ with its interval.
 **Equivalence** (:func:`equivalence`): the difference of the mean log distances,
 pbx minus reference, with a 90% bootstrap interval over seeds (two one-sided tests
 at 5%); the two are called equivalent on that answer when the interval lies inside
-``± MARGIN``, and "not shown" otherwise. **Ablation**: each arm (a kept departure
+``± margin`` (``--margin``, :data:`MARGIN` by default), and "not shown" otherwise; where the interval
+excludes 0 the two differ, and the verdict says so. **Ablation**: each arm (a kept departure
 switched on alone, ``pbx-<arm>``) against pbx's default runs of the same toy and
 seeds, the same difference with a 95% interval.
+
+On the noisy toy two more measures read the whole run (:mod:`anytime`): the **area** (the best so far's log
+distance averaged over the budget; the same margin) and the **budget to the threshold** (the share of the budget
+spent when the best so far first came as close as the greedy schedule does at half the budget; margin
+:data:`BUDGET_MARGIN` of the budget). The time table gives where each side's first restart fell on the budget.
 
     .venv/bin/python benchmarks/peers/ipbt/compare.py /work/studies/ipbt_side_v2 [--out comparison.md]
 
@@ -59,7 +65,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from pbx.history import read_csv
+from anytime import Rounds, log_distance, pbx_rounds, reference_rounds, threshold
+from pbx.config import StoredRun
+from pbx.history import read_csv, restart_marks
 from pbx.standings import generation_ends, member_row
 from pbx.reporting.stats import AGGREGATES, interval_estimates, probability_of_improvement
 from pbx.reporting.tables import markdown_table
@@ -74,15 +82,19 @@ NOISY = frozenset({"toy-plain-noisy"})
 TRUE_SCORES = "true_fitness.jsonl"
 """The noisy toy's reference record of each call's noise-free and observed score (``reference.TRUE_SCORES``)."""
 ANSWERS = {"final": "final population best", "ends": "generation-end best"}
-OPTIMUM = 1.2
-"""Both toys' best score (theta = 0)."""
+"""The answers every toy reports, each read as its log distance to the optimum."""
+ANYTIME = {"area": "area over the budget", "budget": "budget to the threshold"}
+"""The measures of the whole run (:mod:`anytime`), where both sides record every member's noise-free score."""
 MIN_SEEDS = 8
 """The runs a side needs before :func:`equivalence` gives a verdict."""
 ABLATION_MIN_SEEDS = 3
 """The paired seeds an ablation arm needs before :func:`ablation_table` places it against the margin."""
 MARGIN = 0.1
-"""Equivalence margin on the mean log distance (natural log): 10% of the distance to the optimum. On ToyPlain at the
-lowest lr the distance shrinks by a factor e^(-0.008) a step, so 0.1 is about 12 of the 300 steps."""
+"""Equivalence margin on the mean log distance (natural log), by default: 10% of the distance to the optimum. On
+ToyPlain at the lowest lr the distance shrinks by a factor e^(-0.008) a step, so 0.1 is about 12 of the 300 steps,
+and 0.05 (``--margin 0.05``, the restart task's) about 6."""
+BUDGET_MARGIN = 0.05
+"""Equivalence margin on the mean budget to the threshold, as a share of the budget (5 rounds of 100)."""
 
 
 @dataclass(frozen=True)
@@ -96,9 +108,20 @@ class Run:
     """The whole process, from the runner's marker."""
     own_s: float
     """The run's own clock: pbx's last ``wall_s``, the reference's ``runtime.yaml``."""
+    restart_at: tuple[int, ...] = ()
+    """The budget spent when each restart began (its generation's last round's end)."""
     flat_guards: int = 0
     """A guarded reference run's flat generations, where the launcher's guard answered for the authors' smoother
     (which stops with a traceback there; ``reference.GUARDED_LAUNCHER``)."""
+    rounds: Rounds | None = None
+    """Its rounds' best noise-free scores on the budget's clock (:mod:`anytime`), where both sides record them."""
+
+    def measure(self, name: str) -> float:
+        """``name`` on the comparison's scale: an answer's log distance, the area, or the budget's share."""
+        if name in ANSWERS:
+            return float(log_distance(np.array([getattr(self, name)]))[0])
+        assert self.rounds is not None, f"{name} needs the rounds' noise-free scores"
+        return self.rounds.area() if name == "area" else self.rounds.budget_to_threshold()
 
 
 @dataclass(frozen=True)
@@ -128,8 +151,11 @@ def pbx_run(folder: Path, marker: dict, noisy: bool) -> Run:
     noise-free test score."""
     frame = read_csv(record(folder, "history.csv"))
     column = "test_score" if noisy else "score"
+    config = yaml.safe_load(record_text(folder, "config.yaml"))
+    ends = StoredRun.read(config).rules.plan(restart_marks(frame)).nominal_ends
     return Run(float(member_row(frame, "best")[column]), float(member_row(frame, "kept")[column]),
-               len(generation_ends(frame)), marker["wall_s"], float(frame["wall_s"].max()))
+               len(generation_ends(frame)), marker["wall_s"], float(frame["wall_s"].max()),
+               tuple(ends[r] for r in generation_ends(frame)), rounds=pbx_rounds(frame, config) if noisy else None)
 
 
 def reference_run(folder: Path, marker: dict, noisy: bool) -> Run:
@@ -140,9 +166,12 @@ def reference_run(folder: Path, marker: dict, noisy: bool) -> Run:
     answer = float(info["test"] if noisy else info["fitness"])
     if noisy:
         final = true_score(folder, final)
-    restarts = len(list(folder.glob("best_info_*.yaml")))
-    return Run(final, answer, restarts, marker["wall_s"], float(yaml.safe_load(record_text(folder, "runtime.yaml"))),
-               int(marker.get("flat_guards", 0)))
+    restart_at = tuple(sorted(int(p.stem.rsplit("_", 1)[1]) for p in folder.glob("best_info_*.yaml")))
+    rounds = (reference_rounds(record_text(folder, TRUE_SCORES), yaml.safe_load(record_text(folder, "config.yaml")))
+              if noisy else None)
+    return Run(final, answer, len(restart_at), marker["wall_s"],
+               float(yaml.safe_load(record_text(folder, "runtime.yaml"))), restart_at, int(marker.get("flat_guards", 0)),
+               rounds)
 
 
 def true_score(folder: Path, observed: float) -> float:
@@ -192,11 +221,6 @@ def load(*roots: Path) -> Runs:
     return runs
 
 
-def log_distance(scores: np.ndarray) -> np.ndarray:
-    """``log(1.2 - score)``: lower is closer to the optimum."""
-    return np.log(OPTIMUM - np.asarray(scores, dtype=float))
-
-
 def runs_by_seed(runs: Runs, toy: str, side: str, algo: str) -> dict[int, Run]:
     """The finished runs of one toy, side and algorithm, by seed (crashed reference runs left out)."""
     return {k: r for k, r in runs.get(toy, {}).get(side, {}).get(algo, {}).items() if isinstance(r, Run)}
@@ -207,10 +231,10 @@ def crashes(runs: Runs, toy: str, side: str, algo: str) -> dict[int, Crash]:
     return {k: r for k, r in runs.get(toy, {}).get(side, {}).get(algo, {}).items() if isinstance(r, Crash)}
 
 
-def values(runs: Runs, toy: str, side: str, algo: str, answer: str, seeds: list[int] | None = None) -> np.ndarray:
-    """The log distances of ``answer`` over ``seeds`` (default: every finished seed), in seed order."""
+def values(runs: Runs, toy: str, side: str, algo: str, measure: str, seeds: list[int] | None = None) -> np.ndarray:
+    """``measure`` (:meth:`Run.measure`) over ``seeds`` (default: every finished seed), in seed order."""
     by_seed = runs_by_seed(runs, toy, side, algo)
-    return log_distance(np.array([getattr(by_seed[k], answer) for k in (sorted(by_seed) if seeds is None else seeds)]))
+    return np.array([by_seed[k].measure(measure) for k in (sorted(by_seed) if seeds is None else seeds)])
 
 
 def percentile_interval(boot: np.ndarray, level: float) -> tuple[float, float]:
@@ -228,12 +252,16 @@ def mean_difference(a: np.ndarray, b: np.ndarray, level: float, reps: int = 10_0
 
 def equivalence(a: np.ndarray, b: np.ndarray, margin: float = MARGIN) -> str:
     """The verdict on mean(a) - mean(b): equivalent within ``margin`` when its 90% interval lies inside it and
-    each side has :data:`MIN_SEEDS` runs (a bootstrap over fewer seeds says little about the spread)."""
+    each side has :data:`MIN_SEEDS` runs (a bootstrap over fewer seeds says little about the spread); where it is
+    not, and the 95% interval leaves out 0, the two differ."""
     diff, low, high = mean_difference(a, b, 0.90)
     if min(len(a), len(b)) < MIN_SEEDS:
         verdict = f"no verdict under {MIN_SEEDS} seeds a side"
+    elif -margin < low and high < margin:
+        verdict = "equivalent"
     else:
-        verdict = "equivalent" if -margin < low and high < margin else "not shown"
+        _, low95, high95 = mean_difference(a, b, 0.95)
+        verdict = "not shown; they differ (95% CI leaves out 0)" if low95 > 0 or high95 < 0 else "not shown"
     return f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]: {verdict}"
 
 
@@ -242,9 +270,27 @@ def interval(value: float, bounds: np.ndarray, digits: int) -> str:
     return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]" if np.isfinite(low) else f"{value:.{digits}f}"
 
 
-def score_table(runs: Runs, toy: str, answer: str) -> str:
-    """Rows per algorithm and side: runs, mean ± sd and IQM [95% CI] of the log distance; P(pbx closer) and the
-    equivalence verdict on the pbx row."""
+def column_head(measure: str, budget: int | None = None) -> str:
+    """The column head of ``measure``'s value (``budget``: the toy's, for the threshold)."""
+    if measure == "area":
+        return "log(1.2 − best so far), mean over the budget"
+    if measure == "budget":
+        return f"share of the budget to log(1.2 − best so far) ≤ {threshold(budget or 0):.2f}"
+    return "log(1.2 − score)"
+
+
+def toy_budget(runs: Runs, toy: str) -> int | None:
+    """The budget of the toy's runs where they record their rounds (:mod:`anytime`), else None."""
+    found = {r.rounds.budget for sides in runs.get(toy, {}).values() for by_seed in sides.values()
+             for r in by_seed.values() if isinstance(r, Run) and r.rounds is not None}
+    if len(found) > 1:
+        raise ValueError(f"{toy}'s runs have budgets {sorted(found)}: one study, one budget")
+    return found.pop() if found else None
+
+
+def score_table(runs: Runs, toy: str, answer: str, margin: float = MARGIN) -> str:
+    """Rows per algorithm and side: runs, mean ± sd and IQM [95% CI] of ``answer``'s measure; P(pbx better) and
+    the equivalence verdict at ``margin`` on the pbx row."""
     rows = []
     for algo in ALGOS:
         v = {side: values(runs, toy, side, algo, answer) for side in (*SIDES, GUARDED)}
@@ -259,9 +305,11 @@ def score_table(runs: Runs, toy: str, answer: str) -> str:
                          verdict])
             if side == "pbx" and len(v["reference"]):
                 p, bounds = interval_estimates((-x[:, None], -v["reference"][:, None]), probability_of_improvement)
-                rows[-1][-2:] = [interval(float(p), bounds, 2), equivalence(x, v["reference"])]
-    return markdown_table(["algorithm", "side", "runs", "log(1.2 − score), mean ± sd", "IQM [95% CI]",
-                           "P(pbx closer) [95% CI]", f"pbx − reference, 90% CI (margin ±{MARGIN})"], rows)
+                rows[-1][-2:] = [interval(float(p), bounds, 2), equivalence(x, v["reference"], margin)]
+    better = "sooner" if answer == "budget" else "closer"
+    return markdown_table(["algorithm", "side", "runs", f"{column_head(answer, toy_budget(runs, toy))}, mean ± sd",
+                           "IQM [95% CI]", f"P(pbx {better}) [95% CI]", f"pbx − reference, 90% CI (margin ±{margin})"],
+                          rows)
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray, level: float, reps: int = 10_000,
@@ -272,7 +320,7 @@ def paired_difference(a: np.ndarray, b: np.ndarray, level: float, reps: int = 10
     return (float(d.mean()), *percentile_interval(boot, level))
 
 
-def ablation_table(runs: Runs, toy: str, answer: str) -> str:
+def ablation_table(runs: Runs, toy: str, answer: str, margin: float = MARGIN) -> str:
     """Rows per algorithm and arm: runs, mean log distance, and arm minus pbx's default on the same seeds (paired)
     with a 95% interval: an arm run on fewer seeds than the default is held against those seeds' default runs."""
     rows = []
@@ -289,12 +337,12 @@ def ablation_table(runs: Runs, toy: str, answer: str) -> str:
             x = values(runs, toy, arm, algo, answer, seeds)
             diff, low, high = paired_difference(x, values(runs, toy, "pbx", algo, answer, seeds), 0.95)
             inside = ("too few seeds" if len(seeds) < ABLATION_MIN_SEEDS
-                      else "inside" if -MARGIN < low and high < MARGIN
-                      else "outside" if low > MARGIN or high < -MARGIN else "not told apart")
+                      else "inside" if -margin < low and high < margin
+                      else "outside" if low > margin or high < -margin else "not told apart")
             rows.append([algo, arm.removeprefix("pbx-"), str(len(x)), f"{x.mean():.3f}",
                          f"{diff:+.3f} [{low:+.3f}, {high:+.3f}]", inside])
-    return markdown_table(["algorithm", "arm", "runs", "log(1.2 − score), mean",
-                           "arm − default, same seeds [95% CI]", f"against ±{MARGIN}"], rows)
+    return markdown_table(["algorithm", "arm", "runs", f"{column_head(answer, toy_budget(runs, toy))}, mean",
+                           "arm − default, same seeds [95% CI]", f"against ±{margin}"], rows)
 
 
 def time_table(runs: Runs, toy: str) -> str:
@@ -307,13 +355,15 @@ def time_table(runs: Runs, toy: str) -> str:
                 continue
             wall, own = np.array([r.wall_s for r in group]), np.array([r.own_s for r in group])
             restarts, guards = np.array([r.restarts for r in group]), np.array([r.flat_guards for r in group])
+            first = np.array([r.restart_at[0] for r in group if r.restart_at])
             rows.append([algo, side, str(len(group)), f"{wall.mean():.0f}", f"{own.mean():.0f}",
                          f"{restarts.mean():.2f} ({restarts.min()}–{restarts.max()})",
                          " ".join(f"s{k}:{r.restarts}" for k, r in sorted(by_seed.items())),
+                         f"{first.mean():.0f} ({first.min()}–{first.max()})" if len(first) else "",
                          f"{guards.sum()} in {(guards > 0).sum()} runs" if side == GUARDED else ""])
     return markdown_table(["algorithm", "side", "runs", "wall s/run", "run's own clock s/run",
-                           "generation ends/run (min–max)", "generation ends by seed", "flat generations guarded"],
-                          rows)
+                           "generation ends/run (min–max)", "generation ends by seed",
+                           "first restart at, budget (min–max)", "flat generations guarded"], rows)
 
 
 def crash_table(runs: Runs, toy: str) -> str:
@@ -327,21 +377,25 @@ def crash_table(runs: Runs, toy: str) -> str:
                            "wall s"], rows) if rows else "none"
 
 
-def report(*roots: Path, toys: list[str] | None = None) -> str:
-    """The tables of the runs under ``roots`` (read as one study), for ``toys`` (default: every toy they hold)."""
+def report(*roots: Path, toys: list[str] | None = None, margin: float = MARGIN) -> str:
+    """The tables of the runs under ``roots`` (read as one study), for ``toys`` (default: every toy they hold), with
+    the equivalence ``margin`` on the log distance."""
     runs = load(*roots)
-    command = " ".join(["benchmarks/peers/ipbt/compare.py", *map(str, roots), *(["--toys", *toys] if toys else [])])
+    command = " ".join(["benchmarks/peers/ipbt/compare.py", *map(str, roots), *(["--toys", *toys] if toys else []),
+                        *(["--margin", f"{margin:g}"] if margin != MARGIN else [])])
     toys = toys or [t for t in TOYS if t in runs] + sorted(set(runs) - set(TOYS))
     lines = ["# pbx's BG-PBT and IPBT against the authors' code on PBT-Zoo's toys", "",
              f"`{command}`", "",
              f"Population 8, step 10. Score: log(1.2 − score), the log distance to the optimum "
-             f"(lower is better). Equivalence margin ±{MARGIN} on its mean. Intervals: rliable's stratified "
+             f"(lower is better). Equivalence margin ±{margin} on its mean. Intervals: rliable's stratified "
              f"bootstrap over seeds (IQM, P), a percentile bootstrap over seeds (differences).", ""]
     for toy in toys:
         lines += [f"## {toy}", ""]
-        for answer, title in ANSWERS.items():
-            lines += [f"### {title}: side by side", "", score_table(runs, toy, answer), "",
-                      f"### {title}: ablation (pbx)", "", ablation_table(runs, toy, answer), ""]
+        measures = {**ANSWERS, **(ANYTIME if toy_budget(runs, toy) else {})}
+        for answer, title in measures.items():
+            at = BUDGET_MARGIN if answer == "budget" else margin
+            lines += [f"### {title}: side by side", "", score_table(runs, toy, answer, at), "",
+                      f"### {title}: ablation (pbx)", "", ablation_table(runs, toy, answer, at), ""]
         lines += ["### generation ends and wall time", "", time_table(runs, toy), "",
                   "### reference runs that stopped with an error (the authors' code, unguarded)", "",
                   crash_table(runs, toy), ""]
@@ -355,8 +409,12 @@ def main() -> None:
                    "read as one study")
     p.add_argument("--toys", nargs="+", choices=TOYS, help="the toys to report (default: every toy of the runs)")
     p.add_argument("--out", type=Path, help="also write the report here")
+    p.add_argument("--margin", type=float, default=MARGIN, help=f"the equivalence margin on the mean log distance "
+                   f"(default {MARGIN})")
     args = p.parse_args()
-    text = report(*args.root, toys=args.toys)
+    if not 0 < args.margin < np.inf:
+        p.error(f"--margin must be a positive number, got {args.margin}")
+    text = report(*args.root, toys=args.toys, margin=args.margin)
     if args.out is not None:
         args.out.write_text(text + "\n")
     print(text)
