@@ -111,25 +111,26 @@ def test_the_side_by_side_runs_small_with_an_ablation_arm_and_compares_by_log_di
     # --commit-to's copy gzips the large files, and compare.py reads it as the study; two folders read as one
     sys.path.insert(0, str(script))
     try:
-        import compare
         import run_side_by_side
+        import study
     finally:
         sys.path.pop(0)
-    study = tmp_path / "study"
+    folder = tmp_path / "study"
     run_side_by_side.copy_small_files(run_side_by_side.jobs(["toy-deceptive-zoo"], ["IPBT"], [0, 1], ["pbx"], []),
-                                      study, tmp_path / "default")
+                                      folder, tmp_path / "default")
     run_side_by_side.copy_small_files(run_side_by_side.jobs(["toy-deceptive-zoo"], ["IPBT"], [0, 1], [], ["cut"]),
-                                      study, tmp_path / "arm")
+                                      folder, tmp_path / "arm")
     kept = tmp_path / "default" / "toy-deceptive-zoo" / "pbx" / "IPBT" / "s0"
     assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "history.csv.gz", "strategy.csv.gz"]
-    assert compare.load(tmp_path / "default", tmp_path / "arm") == compare.load(study)
+    assert study.load(tmp_path / "default", tmp_path / "arm") == study.load(folder)
     with pytest.raises(ValueError, match="s0.json is in more than one of"):
-        compare.load(study, tmp_path / "arm")
+        study.load(folder, tmp_path / "arm")
 
 
 def test_the_side_by_side_calls_equivalence_only_inside_its_margin() -> None:
     sys.path.insert(0, str(ROOT / "benchmarks" / "peers" / "ipbt"))
     try:
+        import anytime
         import compare
         import toy_deceptive
     finally:
@@ -144,7 +145,7 @@ def test_the_side_by_side_calls_equivalence_only_inside_its_margin() -> None:
     assert compare.equivalence(a, a + np.tile([-0.5, 0.5], 4), margin=0.05).endswith(": not shown")  # wide: no call
     # the ablation pairs seeds: a shift common to both runs of a seed is no difference
     assert compare.paired_difference(a + np.arange(8), a + np.arange(8) + 0.01, 0.95) == pytest.approx((-0.01,) * 3)
-    assert compare.log_distance(np.array([1.2 - np.e ** -3]))[0] == pytest.approx(-3.0)
+    assert anytime.log_distance(np.array([1.2 - np.e ** -3]))[0] == pytest.approx(-3.0)
     assert toy_deceptive.check_against_torch(trials=50) == 0  # PBT-Zoo's ToyDeceptive to the bit
 
 
@@ -155,11 +156,11 @@ def test_the_anytime_measures_read_both_sides_on_one_clock() -> None:
     sys.path.insert(0, str(ROOT / "benchmarks" / "peers" / "ipbt"))
     try:
         import anytime
-        import compare
+        import study
     finally:
         sys.path.pop(0)
-    runs = compare.load(ROOT / "docs" / "results" / "ipbt_side_v7")
-    pbx, ref = (compare.runs_by_seed(runs, "toy-plain-noisy", side, "BGPBT")[0] for side in ("pbx", "reference"))
+    runs = study.load(ROOT / "docs" / "results" / "ipbt_side_v7")
+    pbx, ref = (study.runs_by_seed(runs, "toy-plain-noisy", side, "BGPBT")[0] for side in ("pbx", "reference"))
     assert pbx.rounds is not None and ref.rounds is not None
     assert pbx.rounds.ends[0] == ref.rounds.ends[0] == 30 and pbx.rounds.ends[-1] == ref.rounds.ends[-1] == 1000
     for run in (pbx, ref):
@@ -184,6 +185,7 @@ def test_the_reference_runs_unguarded_and_a_crash_or_a_guard_keeps_a_run_out_of_
         import compare
         import reference
         import run_side_by_side
+        import study
     finally:
         sys.path.pop(0)
     assert reference.GUARD_LINE not in reference.LAUNCHER
@@ -205,14 +207,14 @@ def test_the_reference_runs_unguarded_and_a_crash_or_a_guard_keeps_a_run_out_of_
                                ("reference", 1, {"rc": 1, "wall_s": 6.0, "guarded": True, "crash": found})):
         (toy / side / "IPBT").mkdir(parents=True, exist_ok=True)
         (toy / side / "IPBT" / f"s{seed}.json").write_text(json.dumps(marker))
-    runs = compare.load(tmp_path)
-    assert compare.crashes(runs, "toy-deceptive-zoo", "reference", "IPBT")[0].last_tick == 230
-    assert set(compare.crashes(runs, "toy-deceptive-zoo", compare.GUARDED, "IPBT")) == {1}
-    assert not compare.runs_by_seed(runs, "toy-deceptive-zoo", "reference", "IPBT")
+    runs = study.load(tmp_path)
+    assert study.crashes(runs, "toy-deceptive-zoo", "reference", "IPBT")[0].last_tick == 230
+    assert set(study.crashes(runs, "toy-deceptive-zoo", study.GUARDED, "IPBT")) == {1}
+    assert not study.runs_by_seed(runs, "toy-deceptive-zoo", "reference", "IPBT")
     assert "| IPBT | reference | s0 | 230 | ValueError: Expected parameter loc" in compare.crash_table(runs,
                                                                                                "toy-deceptive-zoo")
-    assert compare.side_of("reference", {"flat_guards": 3}) == compare.GUARDED == compare.side_of(
-        "reference", {"guarded": True}) and compare.side_of("reference", {"flat_guards": 0}) == "reference"
+    assert study.side_of("reference", {"flat_guards": 3}) == study.GUARDED == study.side_of(
+        "reference", {"guarded": True}) and study.side_of("reference", {"flat_guards": 0}) == "reference"
 
 
 def test_the_noisy_toy_shows_noisy_scores_and_tests_the_true_one(tmp_path) -> None:
