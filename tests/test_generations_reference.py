@@ -12,7 +12,7 @@ from pbx.config import RunConfig, resolve
 from pbx.history import History, Row, skipped
 from pbx.plan import Rules
 from pbx.space import Continuous
-from pbx.strategies.generational.base import copula
+from pbx.strategies.generational.trust_region import copula
 from pbx.strategies.ipbt import late
 from pbx.strategies.generational.stagnation import stagnated
 from conftest import toy_config

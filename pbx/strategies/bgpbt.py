@@ -7,8 +7,8 @@ are not built):
 - the first population is ``init_factor`` (3) times ``pop_size``, trained one round,
   its best ``pop_size`` kept;
 - each round, PBT's truncation exploit (quantile 0.125: the reference's default, one
-  member of 8) and BO explore in a trust region around the donor's config
-  (:mod:`pbx.strategies.generational.base`);
+  member of 8; :mod:`pbx.strategies.generational.base`) and BO explore in a trust region
+  around the donor's config (:mod:`pbx.strategies.generational.trust_region`);
 - a generation that went ``patience`` (15) rounds in a row without a round best
   equal to its best so far restarts: every member keeps its weights and takes a new
   config, the best of many random ones by an auxiliary GP on each finished

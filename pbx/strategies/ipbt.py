@@ -28,8 +28,8 @@ population for stagnation; when it stagnates, IPBT restarts with a step
   ``init_factor`` times the new step (:mod:`pbx.plan`), so IPBT spends what PBT
   spends; and, as the reference, never again once a round ended less than two of the next
   generation's steps from the budget (:func:`late`);
-- between restarts: PBT's truncation exploit (quantile 0.25), BO explore in a trust
-  region around the donor (:mod:`pbx.strategies.generational.base`).
+- between restarts: PBT's truncation exploit (quantile 0.25, :mod:`pbx.strategies.generational.base`), BO
+  explore in a trust region around the donor (:mod:`pbx.strategies.generational.trust_region`).
 
 Departures from the reference are listed in docs/algorithms.md.
 """

@@ -242,7 +242,8 @@ class PB2(PBT[PB2SettingsT]):
     def query_points(self, history: History, data: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where each latest-round member, as a donor, is asked for its pick: ``(members, t, R)``, a NaN ``R`` where
         it cannot be. PB2's: the member's latest steps and score, the start of the interval it would begin
-        (``data``: the round's observations, which :class:`~pbx.strategies.generational.base.Generational` reads)."""
+        (``data``: the round's observations, which
+        :class:`~pbx.strategies.generational.trust_region.TrustRegionBO` reads)."""
         latest = history.latest()
         return latest["member"].to_numpy(int), latest["steps"].to_numpy(float), latest["score"].to_numpy(float)
 

@@ -1,58 +1,35 @@
-"""What BG-PBT and IPBT share: generations, a larger first population cut to the kept one, trust-region BO.
+"""What BG-PBT and IPBT share: generations, a larger first population cut to the kept one, exploit by truncation.
 
 Both (Wan et al., AutoML-Conf 2022; Chebykin et al., arXiv 2511.09190, whose code
 holds the BG-PBT the IPBT paper ran) train a larger first population for one round
 and keep its best ``pop_size`` (:meth:`Generational.cut`), exploit by truncation
 on the round's scores, and explore by Bayesian optimisation in a trust region
-around the donor's config (CASMO's, without its categorical half):
-
-- the GP learns from the improvement rates of the current generation's most recent
-  ``window`` intervals (100), each stamped at its end, rank-transformed to normal scores (a copula, as the
-  reference's ``copula_standardize``), with pbx's time-varying kernel over
-  ``(t, R_before, continuous hyperparameters)`` (:mod:`pbx.strategies.bayes.gp`) in the
-  reference's bounds (kernel variance in [0.5, 5], noise in [1e-6, 0.1]);
-- each pick maximises UCB with ``ucb_kappa`` = 3 (the reference's LCB at beta 3, on an
-  observation's standard deviation) inside a box of side ``L`` centred on the donor's values,
-  asked at the donor's last interval, the pending points at the donor's point too;
-- ``L`` starts at ``tr_init`` (0.4) in each generation, grows by ``tr_factor``
-  (1.5, up to ``tr_max``) after ``succ_tol`` (3) successes in a row and shrinks after
-  ``fail_tol`` (10) failures in a row (down to ``tr_min``). IPBT's reference tags every
-  row as explored, so every round is a success and its ``L`` only grows
-  (``tr_success: every``); BG-PBT counts a round whose best member ran an explored config,
-  as the original BG-PBT does, and with ``tr_collapse: restart`` a region at ``tr_min``
-  starts again with the BO's data, as there.
+around the donor's config (:mod:`pbx.strategies.generational.trust_region`, which
+adds that explore to :class:`Generational`); both halves read :class:`GenerationalSettings`.
 
 A *generation* runs from a restart round (or round 0) to the round before the
 next restart; the history marks restart rounds (``restart``). A restart is each
 strategy's own (:meth:`Generational.restart_due`, :meth:`Generational.restart`);
 the BO across the finished generations that picks its configs is
-:mod:`pbx.strategies.generational.restart`'s. Categorical hyperparameters are
-explored as PBT does (PB2-Rand), where CASMO moves them by its acquisition
-(docs/algorithms.md).
+:mod:`pbx.strategies.generational.restart`'s.
 """
 
 from __future__ import annotations
 
-import math
 from abc import abstractmethod
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 import numpy as np
 import pandas as pd
-from scipy import linalg
-from scipy.stats import norm, rankdata
 from threadpoolctl import threadpool_limits
 
 from pbx.errors import UsageError
-from pbx.history import History, skipped
+from pbx.history import History
 from pbx.settings import check_choices
 from pbx.standings import rank_best_first
 from pbx.space import Space
-from pbx.strategies.bayes.acquisition import STEPS, Acquisition, Box, perturbed
-from pbx.strategies.base import Decision, Pending
-from pbx.strategies.bayes.gp import FALLBACK_NOISE, FitBounds, Fitted, Posterior, fit
-from pbx.strategies.bayes.observations import Intervals, intervals
+from pbx.strategies.base import Decision
 from pbx.strategies.pb2 import PB2, PB2Settings
 from pbx.strategies.selection import Truncation, nan_members
 
@@ -82,10 +59,6 @@ TR_SUCCESSES = ("every", "explored")
 """The values of :attr:`GenerationalSettings.tr_success`."""
 NOISE_CAP_MAX = 100.0
 """The largest :attr:`GenerationalSettings.noise_cap`: a noise variance 100 times the targets' own says nothing more."""
-AUTHORS_START = (1.0, 1e-3)
-"""Where the IPBT authors' GP fit starts its kernel variance (``outputscale``) and its noise (``algo/bgpbt_utils.py``
-``train_gp``); a start outside the bounds the settings give moves to their geometric middle."""
-
 
 @dataclass
 class GenerationalSettings(PB2Settings):
@@ -93,7 +66,8 @@ class GenerationalSettings(PB2Settings):
 
     cat_exps: ClassVar[tuple[str, ...]] = ("random", "fixed")
     """Categorical hyperparameters are resampled as PB2-Rand's (``random``) or held (``fixed``): the trust
-    region's GP models the continuous ones alone (:meth:`Generational._posterior`), so PB2's EXP3 and CoCaBO,
+    region's GP models the continuous ones alone
+    (:meth:`~pbx.strategies.generational.trust_region.TrustRegionBO._posterior`), so PB2's EXP3 and CoCaBO,
     which pick categories with their own GP or bandit, have no part of it to act on."""
 
     window: int = 100
@@ -127,8 +101,9 @@ class GenerationalSettings(PB2Settings):
     tr_collapse: str = "stay"
     """What a trust region that shrinks to ``tr_min`` does: ``restart``, the original BG-PBT's (``xingchenwan/bgpbt``
     ``adjust_tr_length(restart=True)``, kept by ``AwesomeLemon/IPBT``'s BG-PBT), starts again at ``tr_init`` with
-    the BO's data (:meth:`Generational.bo_start`), configs and weights kept; ``stay`` keeps it at ``tr_min``.
-    BG-PBT's default is ``restart``, IPBT's ``stay`` (docs/algorithms.md)."""
+    the BO's data (:meth:`~pbx.strategies.generational.trust_region.TrustRegionBO.bo_start`), configs and
+    weights kept; ``stay`` keeps it at ``tr_min``. BG-PBT's default is ``restart``, IPBT's ``stay``
+    (docs/algorithms.md)."""
     exploit_rule: str = "reference"
     """Who copies whom: ``reference``, the reference's truncation (the bottom ``k`` of the run's ``quantile``
     copy a random one of the top ``k``, whatever their scores; ``k`` rounded as the reference rounds it, ties
@@ -191,7 +166,8 @@ class GenerationalSettings(PB2Settings):
     higher ids, as an ascending stable sort puts them last; or ``places``, pbx's earlier, ties to the lower ids and
     each kept candidate below ``pop_size`` in its own place."""
     tr_success: str = "every"
-    """What counts as a trust-region success (:meth:`Generational.trust_region`): ``every``, the IPBT authors'
+    """What counts as a trust-region success
+    (:meth:`~pbx.strategies.generational.trust_region.TrustRegionBO.trust_region`): ``every``, the IPBT authors'
     (their ``update_bayesian_dataset`` tags every row ``'bo'``, so every round is one and ``L`` only grows, from a
     generation's first round on), or ``explored``, the original BG-PBT's (``xingchenwan/bgpbt``: a member that
     ran an explored config has the round's best score), BG-PBT's default."""
@@ -221,17 +197,6 @@ class GenerationalSettings(PB2Settings):
             raise UsageError(f"ucb_kappa must be >= 0, got {self.ucb_kappa}")
 
 
-def copula(values: np.ndarray) -> np.ndarray | None:
-    """Normal scores of the ranks, ``Phi^-1(rank / (n + 1))``, tied values taking the lowest of their ranks; None
-    when all are equal.
-
-    The reference ranks the negated rates (it minimises) with ties taking the highest rank there
-    (``copula_standardize``); negated back, that is the lowest rank of the rates themselves.
-    """
-    if np.ptp(values) <= 1e-12 * max(1.0, float(np.max(np.abs(values)))):
-        return None
-    return norm.ppf(rankdata(values, method="min") / (len(values) + 1))
-
 
 def generation_start(history: History) -> int:
     """The first round of the current generation: the last restart round, or 0."""
@@ -244,8 +209,8 @@ GenerationalSettingsT = TypeVar("GenerationalSettingsT", bound=GenerationalSetti
 
 
 class Generational(PB2[GenerationalSettingsT]):
-    """BG-PBT's and IPBT's shared round: the cut of a larger population, then a restart or PBT's exploit with
-    trust-region BO explore."""
+    """BG-PBT's and IPBT's shared round: the cut of a larger population, then a restart or PBT's exploit, whose
+    explore (PB2's hooks) :class:`~pbx.strategies.generational.trust_region.TrustRegionBO` gives."""
 
     @classmethod
     def initial_size(cls, settings: GenerationalSettingsT, pop_size: int) -> int:
@@ -293,6 +258,16 @@ class Generational(PB2[GenerationalSettingsT]):
         places |= {next(free): m for m in sorted(m for m in best if m >= self.pop_size)}
         return dict(sorted(places.items()))
 
+    def survivors(self, history: History) -> History:
+        """``history`` without the rows of the candidates that a larger round's cut dropped."""
+        frame = history.frame
+        dropped = np.zeros(len(frame), dtype=bool)
+        sizes = frame.groupby("round")["member"].transform("count").to_numpy()
+        for r, rows in frame[sizes > self.pop_size].groupby("round"):
+            kept = list(self.cut(rows).values())
+            dropped |= ((frame["round"] == r) & ~frame["member"].isin(kept)).to_numpy()
+        return History(history.hp_names, frame[~dropped], history.curves) if dropped.any() else history
+
     def exploit_explore(self, history: History, space: Space, kept: dict[int, int],
                         rng: np.random.Generator) -> list[Decision]:
         """Truncation among the kept members on the round's scores; each recipient copies its donor and
@@ -335,145 +310,3 @@ class Generational(PB2[GenerationalSettingsT]):
     def restart(self, history: History, space: Space, kept: dict[int, int],
                 rng: np.random.Generator) -> list[Decision]:
         """The decisions of a restart (``kept``: :meth:`cut`'s), every one with ``restart`` set."""
-
-    # PB2's hooks: the current generation's data, copula targets, UCB at ucb_kappa, the trust region
-
-    def observations(self, history: History, space: Space) -> Intervals:
-        """The current generation's (or, after a collapse of the trust region, segment's) last ``window``
-        intervals: its first round's of the members the cut kept, when their states were scored before it
-        (``first_explore: gp``; the reference's data holds the survivors' alone), and every later round's."""
-        data = self.all_intervals(history, space)
-        start = self.bo_start(history)
-        data = data.where((data.round > start) | ((data.round == start) & data.start_scored))
-        return data.where(np.arange(len(data.rate)) >= len(data.rate) - self.settings.window)
-
-    def all_intervals(self, history: History, space: Space) -> Intervals:
-        """Every interval of the history but those of the candidates that a larger round's cut (round 0, a
-        restart round) dropped, which have no descendants and the reference never records, and, unless
-        ``first_explore`` is ``gp``, those that start at a score taken before their round; each stamped at its end
-        or start (:attr:`~GenerationalSettings.interval_time`)."""
-        data = intervals(self.survivors(history), space, len(history.frame))
-        if self.settings.interval_time == "end":
-            data = replace(data, t=data.end)
-        return data if self.scores_start() else data.where(~data.start_scored)
-
-    def survivors(self, history: History) -> History:
-        """``history`` without the rows of the candidates that a larger round's cut dropped."""
-        frame = history.frame
-        dropped = np.zeros(len(frame), dtype=bool)
-        sizes = frame.groupby("round")["member"].transform("count").to_numpy()
-        for r, rows in frame[sizes > self.pop_size].groupby("round"):
-            kept = list(self.cut(rows).values())
-            dropped |= ((frame["round"] == r) & ~frame["member"].isin(kept)).to_numpy()
-        return History(history.hp_names, frame[~dropped], history.curves) if dropped.any() else history
-
-    def targets(self, rates: np.ndarray) -> np.ndarray | None:
-        return copula(rates)
-
-    def query_points(self, history: History, data: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """With ``interval_time: end``, the authors' (``explore``'s ``dfnewpoint``: the donor's row at the data's
-        latest time): each member's interval of the latest round, its end and the score it started from; a member
-        without one (its rate unusable) is asked nowhere, and explores as PBT does."""
-        if self.settings.interval_time == "start":
-            return super().query_points(history, data)
-        last = data.where(data.round == int(history.frame["round"].max()))
-        return last.member, last.t, last.reward
-
-    def pending_at(self, pending: Pending, donor: int) -> int:
-        return donor if self.settings.pending_at == "donor" else pending.start
-
-    def ucb_observed(self) -> bool:
-        return self.settings.ucb_std == "observed"
-
-    def fit_bounds(self) -> FitBounds:
-        """The bounds of every GP fit of this strategy (:attr:`~GenerationalSettings.signal_cap`, ...), started
-        where the authors' fit starts (:data:`AUTHORS_START`)."""
-        s = self.settings
-        signal = None if s.signal_cap is None else (s.signal_floor, float(s.signal_cap))
-        noise = (s.noise_floor, s.noise_cap)
-        start = [value if bounds is None or bounds[0] < value < bounds[1] else math.sqrt(bounds[0] * bounds[1])
-                 for value, bounds in zip(AUTHORS_START, (signal, noise))]
-        return FitBounds(signal, noise, (start[0], start[1]))
-
-    def fit_gp(self, X: np.ndarray, y: np.ndarray, learn_mean: bool = False) -> Fitted:
-        """A GP fit in :meth:`fit_bounds`, retried with :data:`~pbx.strategies.bayes.gp.FALLBACK_NOISE` held when
-        the free fit fails; raises what the retry raises."""
-        bounds = self.fit_bounds()
-        try:
-            return fit(X, y, bounds=bounds, learn_mean=learn_mean)
-        except (linalg.LinAlgError, FloatingPointError, ValueError):
-            return fit(X, y, fixed_noise=FALLBACK_NOISE, bounds=bounds, learn_mean=learn_mean)
-
-    def _posterior(self, X: np.ndarray, y: np.ndarray, n_cat: int) -> Posterior:
-        """PB2's, in :meth:`fit_bounds` (the categories are PB2-Rand's: ``n_cat`` is 0)."""
-        recent = slice(-self.settings.fit_rows, None)
-        fitted = self.fit_gp(X[recent], y[recent])
-        return Posterior(fitted.kernel, fitted.noise, X, y, float(np.min(y)) if self.settings.prior_mean == "lowest"
-                         else 0.0)
-
-    def kappa(self, rows: int) -> float:
-        return self.settings.ucb_kappa
-
-    def region(self, donor_unit: np.ndarray, moved: bool, category_rows: int, history: History) -> Box:
-        half = self.trust_length(history) / 2
-        return np.clip(donor_unit - half, 0.0, 1.0), np.clip(donor_unit + half, 0.0, 1.0)
-
-    def search(self, acquisition: Acquisition, box: Box, donor_unit: np.ndarray, seeds: np.ndarray,
-               rng: np.random.Generator) -> np.ndarray:
-        if self.settings.tr_search == "climb":
-            return super().search(acquisition, box, donor_unit, seeds, rng)
-        return perturbed(acquisition, box, donor_unit, rng, steps=STEPS if self.settings.tr_search == "steps" else 0)
-
-    def trust_length(self, history: History) -> float:
-        """The trust region's side after the latest round (:meth:`trust_region`)."""
-        return self.trust_region(history.frame, generation_start(history))[0]
-
-    def trust_region(self, frame: pd.DataFrame, start: int, stop: int | None = None) -> tuple[float, list[int]]:
-        """The trust region's side after the rounds ``start < r < stop`` of a generation that begins at ``start``
-        (all of them without ``stop``), and the rounds after which it collapsed.
-
-        Replayed round by round (:attr:`~GenerationalSettings.tr_success`): with ``every`` (the IPBT authors'
-        code, whose rows are all tagged ``'bo'``) every round with a finite score is a success, ``start``
-        included, so the side only grows; with ``explored`` a success is a round in which a member whose config
-        an explore chose has the round's best score (the references' test: any such member tied with the best
-        counts). A member that skipped its round (:func:`pbx.history.skipped`) carries its donor's score beside a
-        config that never trained: not a success. With ``tr_collapse: restart`` a side at ``tr_min`` starts again at ``tr_init``
-        (the original BG-PBT's ``adjust_tr_length(restart=True)``), and the BO's data with it
-        (:meth:`bo_start`)."""
-        s = self.settings
-        trained = ~skipped(frame)
-        every = s.tr_success == "every"
-        length, wins, losses, collapses = s.tr_init, 0, 0, []
-        first = start if every else start + 1  # the authors' rows of a generation's first round are "bo" too
-        rows_after = frame[(frame["round"] >= first) & (frame["round"] < (np.inf if stop is None else stop))]
-        for r, rows in rows_after.groupby("round", sort=True):
-            scores = rows["score"].to_numpy(float)
-            explored = every | (rows["explored"].to_numpy(bool) & trained.loc[rows.index].to_numpy(bool))
-            won = bool(np.isfinite(scores).any() and (explored & (scores == np.nanmax(scores))).any())
-            wins, losses = (wins + 1, 0) if won else (0, losses + 1)
-            if wins >= s.succ_tol:
-                length, wins = min(length * s.tr_factor, s.tr_max), 0
-            elif losses >= s.fail_tol:
-                length, losses = max(length / s.tr_factor, s.tr_min), 0
-            if s.tr_collapse == "restart" and length <= s.tr_min:
-                length, wins, losses = s.tr_init, 0, 0
-                collapses.append(int(r))
-        return length, collapses
-
-    def bo_start(self, history: History) -> int:
-        """The round after which the BO's data begin: the current generation's first, or the last round after
-        which its trust region collapsed (:meth:`trust_region`)."""
-        start = generation_start(history)
-        collapses = self.trust_region(history.frame, start)[1]
-        return collapses[-1] if collapses else start
-
-    def segments(self, frame: pd.DataFrame) -> pd.Series:
-        """Each round's BO segment, numbered from 0: a new one begins with each generation and after each
-        collapse of the trust region (the reference's ``n_distills``, which both advance)."""
-        starts = sorted(int(r) for r in frame.loc[frame["restart"], "round"].unique())
-        bounds = [0, *[r for r in starts if r > 0]]
-        begins = []
-        for begin, stop in zip(bounds, [*bounds[1:], None]):
-            begins += [begin, *(r + 1 for r in self.trust_region(frame, begin, stop)[1])]
-        rounds = np.arange(int(frame["round"].max()) + 1)
-        return pd.Series(np.searchsorted(np.array(sorted(begins)), rounds, side="right") - 1, index=rounds)

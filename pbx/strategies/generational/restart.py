@@ -12,8 +12,8 @@ generation from configs that what the finished generations learned chooses:
   ranked by UCB on an auxiliary GP fit on each finished generation's predicted best
   (:meth:`RestartBO.auxiliary`), so its picks leave the old bests.
 
-The round within a generation (the cut, exploit, trust-region explore) is
-:mod:`pbx.strategies.generational.base`'s; this module only reads the history it wrote.
+The round within a generation (the cut and exploit, :mod:`pbx.strategies.generational.base`; the trust-region
+explore, :mod:`pbx.strategies.generational.trust_region`) is theirs; this module only reads the history it wrote.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from pbx.standings import rank_best_first
 from pbx.space import Config, Space
 from pbx.strategies.bayes.acquisition import Acquisition
 from pbx.strategies.bayes.gp import Posterior, Scale, quiet
-from pbx.strategies.generational.base import Generational, GenerationalSettingsT, copula
+from pbx.strategies.generational.base import GenerationalSettingsT
+from pbx.strategies.generational.trust_region import TrustRegionBO, copula
 from pbx.strategies.pb2 import MIN_ROWS
 from pbx.strategies.pbt import perturb
 
@@ -68,7 +69,7 @@ def generation_of(frame: pd.DataFrame) -> pd.Series:
     return frame["round"].map(marks)
 
 
-class RestartBO(Generational[GenerationalSettingsT]):
+class RestartBO(TrustRegionBO[GenerationalSettingsT]):
     """A generational strategy whose restarts pick their configs by BO across the finished generations."""
 
     def across_generations(self, history: History, space: Space, count: int, centre: tuple[Config, float],
