@@ -209,12 +209,13 @@ def crash_table(runs: Runs, toy: str) -> str:
                            "wall s"], rows) if rows else "none"
 
 
-def report(*roots: Path, toys: list[str] | None = None, margin: float = MARGIN) -> str:
+def report(*roots: Path, toys: list[str] | None = None, margin: float = MARGIN, seeds: int | None = None) -> str:
     """The tables of the runs under ``roots`` (read as one study), for ``toys`` (default: every toy they hold), with
     the equivalence ``margin`` on the log distance."""
-    runs = load(*roots)
+    runs = load(*roots, seeds=seeds)
     command = " ".join(["benchmarks/peers/ipbt/compare.py", *map(str, roots), *(["--toys", *toys] if toys else []),
-                        *(["--margin", f"{margin:g}"] if margin != MARGIN else [])])
+                        *(["--margin", f"{margin:g}"] if margin != MARGIN else []),
+                        *(["--seeds", str(seeds)] if seeds is not None else [])])
     toys = toys or [t for t in TOYS if t in runs] + sorted(set(runs) - set(TOYS))
     lines = ["# pbx's BG-PBT and IPBT against the authors' code on PBT-Zoo's toys", "",
              f"`{command}`", "",
@@ -240,13 +241,17 @@ def main() -> None:
     p.add_argument("root", type=Path, nargs="+", help="the study's folder (run_side_by_side.py --dir); several "
                    "read as one study")
     p.add_argument("--toys", nargs="+", choices=TOYS, help="the toys to report (default: every toy of the runs)")
+    p.add_argument("--seeds", type=int, help="read seeds 0 .. N-1 only (default: every seed of the runs): a table "
+                   "planned at N seeds stays what it was when more seeds are added")
     p.add_argument("--out", type=Path, help="also write the report here")
     p.add_argument("--margin", type=float, default=MARGIN, help=f"the equivalence margin on the mean log distance "
                    f"(default {MARGIN})")
     args = p.parse_args()
     if not 0 < args.margin < np.inf:
         p.error(f"--margin must be a positive number, got {args.margin}")
-    text = report(*args.root, toys=args.toys, margin=args.margin)
+    if args.seeds is not None and args.seeds < 1:
+        p.error(f"--seeds must be 1 or more, got {args.seeds}")
+    text = report(*args.root, toys=args.toys, margin=args.margin, seeds=args.seeds)
     if args.out is not None:
         args.out.write_text(text + "\n")
     print(text)

@@ -142,12 +142,14 @@ def side_of(folder_side: str, info: dict) -> str:
     return GUARDED if folder_side in ("reference", GUARDED) and guarded else folder_side
 
 
-def load(*roots: Path) -> Runs:
+def load(*roots: Path, seeds: int | None = None) -> Runs:
     """Every run whose marker says it finished, and every reference run that crashed, under any of ``roots``
-    (a run found under two is an error)."""
+    (a run found under two is an error); ``seeds``: those of seeds 0 .. seeds - 1 only."""
     runs: Runs = {}
     for root in roots:
         for marker in sorted(root.glob("*/*/*/s*.json")):
+            if seeds is not None and int(marker.stem[1:]) >= seeds:
+                continue
             algo_dir = marker.parent
             folder_side, toy = algo_dir.parent.name, algo_dir.parent.parent.name
             info = json.loads(marker.read_text())
