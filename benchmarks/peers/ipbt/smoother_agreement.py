@@ -12,7 +12,8 @@ It re-implements the authors' rule with GPyTorch as they configure it, runs pbx'
 sequence, how often two rules' verdicts (the round failed or not) agree, and how many rounds apart their first
 restarts (``patience`` failures in a row, or the slow rule) land. The sequences are the round bests of the
 step-size study's IPBT runs (each generation; ``--whole-runs``: each run's rounds as one sequence too) and
-seeded synthetic curves.
+seeded synthetic curves; ``--runs`` takes other pbx IPBT runs' histories instead (e.g. the noisy toy's, whose
+round bests carry observation noise).
 
 Not imported by pbx or its tests: GPyTorch is no dependency of pbx.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import os
 import subprocess
@@ -40,7 +42,7 @@ def run_sequences(path: Path, whole: bool) -> dict[str, list[float]]:
     run's."""
     bests: dict[int, float] = {}
     restarts: set[int] = set()
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
         for row in csv.DictReader(f):
             r, score = int(row["round"]), float(row["score"])
             if np.isfinite(score):
@@ -171,12 +173,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--synthetic", type=int, default=6, help="how many synthetic curves")
     parser.add_argument("--whole-runs", action="store_true", help="each run's rounds as one sequence too")
+    parser.add_argument("--runs", type=Path, nargs="+", default=RUNS,
+                        help="pbx IPBT runs' history.csv (or history.csv.gz) files (default: the step-size study's)")
     args = parser.parse_args()
     if args.pbx:
         pbx_main()
         return
     sequences: dict[str, list[float]] = {}
-    for path in RUNS:
+    for path in args.runs:
         sequences |= run_sequences(path, args.whole_runs)
     sequences |= synthetic(args.synthetic)
     sequences = {k: v for k, v in sequences.items() if len(v) >= 2}
@@ -186,7 +190,8 @@ def main() -> None:
     pbx = json.loads(done.stdout)
     refs = {s: {k: verdicts(v, lambda b, s=s: reference_failed(b, s)) for k, v in sequences.items()}
             for s in args.seeds}
-    print(f"{len(sequences)} sequences ({len(RUNS)} runs' generations and whole runs, synthetic curves)")
+    print(f"{len(sequences)} sequences ({len(args.runs)} runs' generations{' and whole runs' * args.whole_runs}, "
+          f"{args.synthetic} synthetic curves)")
     for i, s in enumerate(args.seeds):
         for t in args.seeds[i + 1:]:
             print(f"reference seed {s} vs reference seed {t}: {compare(sequences, refs[s], refs[t])}")
