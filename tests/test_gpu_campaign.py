@@ -49,14 +49,16 @@ KEPT = re.compile(r"^train (\w+): stopped by its time limit, everything saved; \
 
 
 def test_three_tiny_loans_keep_what_every_arm_trained_and_go_on_inside_its_round(tmp_path: Path) -> None:
-    """Three loans of 60 s, every arm (the PB2 arm on MPI ranks), each on a fresh work folder with only the
+    """Three loans of 90 s, every arm (the PB2 arm on MPI ranks), each on a fresh work folder with only the
     archive carried: every run stops by its time limit inside a round with everything saved, so every arm's kept
-    steps grow in every loan, and each loan's runs continue the one before's rows unchanged."""
+    steps grow in every loan, and each loan's runs continue the one before's rows unchanged. (90 s: every arm runs
+    on one core beside the suite's other worker, and at 60 s the two-rank arm could end a loan before its first
+    rollout, or its exit outlast the share.)"""
     kept, before = tmp_path / "kept", {}
     for loan in range(3):
         out = tmp_path / f"out{loan}"
         carried = ["--resume-from", str(kept / "archive")] if loan else []
-        proc = run("--limit", "60", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
+        proc = run("--limit", "90", "--setting", "tiny", "--device", "cpu", "--skip-bench", "--skip-arrangements",
                    "--archive-mb", "40", "--work", str(tmp_path / f"w{loan}"), "--deliver", str(out), *carried)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         grew = {name: int(steps.replace(",", "")) for name, steps in KEPT.findall(proc.stdout)}
