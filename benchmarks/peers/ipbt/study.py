@@ -22,8 +22,7 @@ import numpy as np
 import yaml
 from anytime import Rounds, log_distance, pbx_rounds, reference_rounds
 
-from pbx.config import StoredRun
-from pbx.history import read_csv, restart_marks
+from pbx.history import read_csv
 from pbx.standings import generation_ends, member_row
 
 
@@ -96,10 +95,10 @@ def pbx_run(folder: Path, marker: dict, noisy: bool) -> Run:
     frame = read_csv(record(folder, "history.csv"))
     column = "test_score" if noisy else "score"
     config = yaml.safe_load(record_text(folder, "config.yaml"))
-    ends = StoredRun.read(config).rules.plan(restart_marks(frame)).nominal_ends
+    rounds = pbx_rounds(frame, config)  # its plan's round ends date the restarts on every toy
     return Run(float(member_row(frame, "best")[column]), float(member_row(frame, "kept")[column]),
                len(generation_ends(frame)), marker["wall_s"], float(frame["wall_s"].max()),
-               tuple(ends[r] for r in generation_ends(frame)), rounds=pbx_rounds(frame, config) if noisy else None)
+               tuple(int(rounds.ends[r]) for r in generation_ends(frame)), rounds=rounds if noisy else None)
 
 
 def reference_run(folder: Path, marker: dict, noisy: bool) -> Run:
