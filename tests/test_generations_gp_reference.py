@@ -42,9 +42,9 @@ def test_the_gp_fits_in_the_authors_bounds_and_pbx_earlier_ones_are_settings(sea
     rng = np.random.default_rng(0)
     X, y = np.tile(rng.uniform(size=(1, 4)), (20, 1)), rng.normal(size=20)
     y = (y - y.mean()) / y.std()
-    assert fit(X, y, bounds=cfg.build_strategy().fit_bounds()).noise == pytest.approx(0.1, rel=1e-4)
+    assert fit(X, y, bounds=cfg.build_strategy().fit_bounds(4)).noise == pytest.approx(0.1, rel=1e-4)
     wide = toy_config(PBX_BOUNDS, search=search, pop_size=8, max_budget=10_000).build_strategy()
-    assert wide.fit_bounds().signal == (1e-4, 2.0) and fit(X, y, bounds=wide.fit_bounds()).noise > 0.5
+    assert wide.fit_bounds(4).signal == (1e-4, 2.0) and fit(X, y, bounds=wide.fit_bounds(4)).noise > 0.5
 
 
 def test_a_cap_past_any_fit_leaves_the_kernel_variance_free() -> None:

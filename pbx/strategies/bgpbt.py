@@ -50,6 +50,10 @@ class BGPBTSettings(GenerationalSettings):
     """The original BG-PBT's (``xingchenwan/bgpbt`` tags a kept member's row ``'previous'``), whose collapse rule
     (``tr_collapse``) needs a region that can shrink; ``every`` is the IPBT authors' BG-PBT, where ``L`` only
     grows (docs/algorithms.md)."""
+    lengthscale_cap: float = 1.69
+    lengthscale_per_input: bool = True
+    """BG-PBT's GP has one lengthscale (no ARD), which the authors cap at ``sqrt(inputs)``: ``(1.299 x
+    sqrt(n))^2`` is 1.69 n as pbx's squared exponential's."""
     last_rounds: str = "extend"
     """How the plan meets the budget's end: ``extend``, the reference's (``algo/base.py`` ``adjust_step_size``),
     the round after which less than a round would be left takes the rest; ``cut``, pbx's, a short last round."""

@@ -118,6 +118,10 @@ class Toy:
 TOYS = {"toy-plain": Toy(HERE / "toy_plain.py", 10, 300),
         "toy-deceptive-zoo": Toy(HERE / "toy_deceptive.py", 10, 1000),
         "toy-plain-noisy": Toy(HERE / "toy_plain.py", 10, NOISY_BUDGET)}
+PB2_TIME_BOUNDS = {"lengthscale_floor": "0.00001", "lengthscale_cap": "1", "lengthscale_per_input": "false",
+                   "decay_cap": "0.5"}
+"""The time kernel's bounds BG-PBT and IPBT inherited from PB2 before (its lengthscale in [1e-5, 1], its decay at
+most 0.5)."""
 ARMS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "climb": (("BGPBT", "IPBT"), {"tr_search": "climb"}),
     "perturb": (("BGPBT", "IPBT"), {"tr_search": "perturb"}),
@@ -137,15 +141,16 @@ ARMS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "own-pending": (("BGPBT", "IPBT"), {"pending_at": "own"}),
     "places-cut": (("BGPBT", "IPBT"), {"cut_rule": "places"}),
     "tr-explored": (("IPBT",), {"tr_success": "explored"}),
+    "pb2-time-bounds": (("BGPBT", "IPBT"), PB2_TIME_BOUNDS),
     "earlier-gp": (("BGPBT", "IPBT"), {"signal_cap": "2", "signal_floor": "0.0001", "noise_floor": "0.0001",
                                        "noise_cap": "10", "across_mean": "lowest", "interval_time": "start",
                                        "ucb_std": "latent", "pending_at": "own", "cut_rule": "places",
-                                       "tr_success": "explored"}),
+                                       "tr_success": "explored", **PB2_TIME_BOUNDS}),
 }
 """An ablation arm: the algorithms it applies to and the one setting that switches a kept departure on (pbx's
 choice where it departs from the authors' code, docs/algorithms.md); ``earlier-gp`` switches on together pbx's earlier
-choices for the eight that the authors' code now decides (the GP's bounds, its time stamps and query, UCB's std, the
-pending points, the mean across generations, the cut's ties, the trust region's count). ``optimizer_state: clear`` is not an arm: the toys have no optimizer
+choices for the nine that the authors' code now decides (the GP's bounds, its time kernel's bounds, its time stamps
+and query, UCB's std, the pending points, the mean across generations, the cut's ties, the trust region's count). ``optimizer_state: clear`` is not an arm: the toys have no optimizer
 state, so it changes nothing on them."""
 
 

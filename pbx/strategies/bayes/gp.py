@@ -116,6 +116,13 @@ class FitBounds:
     start: tuple[float, float] | None = None
     """The kernel variance and the noise the fit starts from; None: the kernel's own start (:func:`make_kernel`)
     and :data:`NOISE_INIT`."""
+    lengthscale: tuple[float, float] | None = None
+    """Bounds of the time-varying SE's lengthscale (the continuous part's, in the mixed kernel); None: PB2's
+    (:data:`~pbx.strategies.bayes.kernels.LENGTHSCALE_BOUNDS`)."""
+    decay: tuple[float, float] | None = None
+    """Bounds of its time decay ``epsilon``; None: PB2's (:data:`~pbx.strategies.bayes.kernels.EPSILON_BOUNDS`)."""
+    time_start: tuple[float, float] | None = None
+    """The lengthscale and time decay the fit starts from, inside their bounds; None: the kernel's own."""
 
 
 class Fitted(NamedTuple):
@@ -164,6 +171,13 @@ def fit(X: np.ndarray, y: np.ndarray, fixed_noise: float | None = None, n_cat: i
     if bounds.signal is not None and bounds.signal[1] < SIGNAL_FREE:
         for variance in kernel.signal_variances:
             variance.constrain_bounded(*bounds.signal, warning=False)
+    time_kernel = kernel.time_kernel
+    if bounds.lengthscale is not None:
+        time_kernel.lengthscale.constrain_bounded(*bounds.lengthscale, warning=False)
+    if bounds.decay is not None:
+        time_kernel.epsilon.constrain_bounded(*bounds.decay, warning=False)
+    if bounds.time_start is not None:  # after the bounds: a start outside the old ones would be moved
+        time_kernel.lengthscale[:], time_kernel.epsilon[:] = bounds.time_start
     model.optimize("lbfgsb", max_iters=FIT_ITERS, bfgs_factor=FIT_FACTR)
     noise = float(model.Gaussian_noise.variance.values[0])
     constant = float(mean.C.values[0]) if mean is not None else 0.0

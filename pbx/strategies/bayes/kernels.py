@@ -38,13 +38,15 @@ from pbx.strategies.bayes.sqexp import se_gradient, sq_dist
 
 LENGTHSCALE_BOUNDS = (1e-5, 1.0)
 EPSILON_BOUNDS = (0.0, 0.5)
+"""PB2's bounds of the lengthscale and the time decay (BG-PBT and IPBT set the authors' through
+:class:`pbx.strategies.bayes.gp.FitBounds`)."""
 MIX_INIT = 0.5
 """Starting ``lambda`` of the mixed kernel: sum and product weighed alike (as CoCaBO and the reference)."""
 
 
 def time_decay_rate(epsilon: float) -> float:
     """``c = log(1 - eps) / 2 <= 0``: the time factor ``(1 - eps)^(|t - t'|/2)`` is ``exp(c |t - t'|)``,
-    finite on the whole of ``[0, 0.5]`` (``eps -> 0`` is no decay, with no NaN in values or gradients)."""
+    finite for every ``eps < 1`` (``eps -> 0`` is no decay, with no NaN in values or gradients)."""
     return 0.5 * float(np.log1p(-epsilon))
 
 
@@ -59,7 +61,7 @@ class TimeVaryingSE(Kern):
     Input column 0 is the time ``t``; the remaining columns are ``x``. The
     lengthscale divides the *squared* distance (as in the PB2 paper), so it plays
     the part of ``2 l^2`` in GPy's RBF. The decay is computed as ``exp(c |t - t'|)``
-    with ``c = log(1 - eps) / 2``, finite on the whole of ``[0, 0.5]``: ``eps -> 0``
+    with ``c = log(1 - eps) / 2``, finite for every ``eps < 1``: ``eps -> 0``
     is a plain squared exponential, with no NaN in values or gradients.
     """
 
@@ -97,6 +99,11 @@ class TimeVaryingSE(Kern):
     def signal_variances(self) -> list[Param]:
         """The parameters that scale ``k(x, x)``, which :func:`pbx.strategies.bayes.gp.fit_kernel` may cap."""
         return [self.variance]
+
+    @property
+    def time_kernel(self) -> TimeVaryingSE:
+        """The kernel whose lengthscale and time decay :class:`pbx.strategies.bayes.gp.FitBounds` may bound."""
+        return self
 
     def summary(self) -> dict[str, float]:
         """The fitted parameters, for a decision's reasons."""
@@ -267,6 +274,11 @@ class MixedKernel(Kern):
     def signal_variances(self) -> list[Param]:
         """Both parts' variances (each capped alike)."""
         return [self.cont.variance, self.cat.variance]
+
+    @property
+    def time_kernel(self) -> TimeVaryingSE:
+        """The continuous part, whose lengthscale and time decay a fit's bounds may set."""
+        return self.cont
 
     def summary(self) -> dict[str, float]:
         return {**self.cont.summary(), "cat_variance": float(self.cat.variance.values[0]),

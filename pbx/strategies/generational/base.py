@@ -16,6 +16,7 @@ the BO across the finished generations that picks its configs is
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
@@ -143,6 +144,22 @@ class GenerationalSettings(PB2Settings):
     ``noise_constraint = Interval(1e-6, 0.1)``; PB2's 1e-4 before)."""
     noise_cap: float = 0.1
     """Upper bound on the noise variance: the authors' 0.1 (PB2's 10 before, on targets of variance near 1)."""
+    lengthscale_floor: float = 1.7e-4
+    """Lower bound on the GP's lengthscale (pbx's squared exponential divides the squared distance by it): the
+    authors' Matern-5/2 lengthscale floor 0.01 (``train_gp``, ``lengthscale_constraint = Interval(0.01, ...)``)
+    as the squared exponential whose correlation falls to 1/e at the same distance, ``(1.299 x 0.01)^2``; PB2's
+    1e-5 before. The fit starts at the authors' start the same way, ``(1.299 x sqrt(0.005))^2``, 8.4e-3, or at
+    the bounds' geometric middle where that is outside them."""
+    lengthscale_cap: float = 0.42
+    """Upper bound on the lengthscale: IPBT's, whose GP has a lengthscale per input (ARD) at most 0.5, ``(1.299 x
+    0.5)^2``; BG-PBT's scales with the inputs (:attr:`lengthscale_per_input`); PB2's 1 before."""
+    lengthscale_per_input: bool = False
+    """The cap is :attr:`lengthscale_cap` times the GP's inputs (time aside), as the authors' one lengthscale at
+    most ``sqrt(inputs)`` without ARD (BG-PBT's); False: the cap as it is (IPBT's, with ARD)."""
+    decay_cap: float = 1 - 1e-6
+    """Upper bound on the time decay ``epsilon`` (a row ``d`` apart in time counts ``(1 - epsilon)^(d/2)``): the
+    authors' ``1 - 1e-6`` (``TemporalKernel``'s ``Interval(0.0, 1.0 - 1e-6)``), which the fit starts from the
+    middle of, as theirs (raw 0); PB2's 0.5 before."""
     across_mean: str = "learned"
     """The prior mean of the GP across generations
     (:meth:`~pbx.strategies.generational.restart.RestartBO.across_generations`):
@@ -184,6 +201,12 @@ class GenerationalSettings(PB2Settings):
         if not 0 < self.noise_floor < self.noise_cap <= NOISE_CAP_MAX:
             raise UsageError(f"the GP's noise bounds need 0 < noise_floor < noise_cap <= {NOISE_CAP_MAX:g} (the "
                              f"targets' own variance is 1), got {self.noise_floor}, {self.noise_cap}")
+        if not 0 < self.lengthscale_floor < self.lengthscale_cap < math.inf:
+            raise UsageError(f"the GP's lengthscale bounds need 0 < lengthscale_floor < lengthscale_cap, got "
+                             f"{self.lengthscale_floor}, {self.lengthscale_cap}")
+        if not 0 < self.decay_cap < 1:
+            raise UsageError(f"decay_cap must be above 0 and below 1 (a time decay of 1 forgets at once), got "
+                             f"{self.decay_cap}")
         if not 0 < self.tr_min <= self.tr_init <= self.tr_max <= 1:
             raise UsageError(f"the trust region needs 0 < tr_min <= tr_init <= tr_max <= 1, got {self.tr_min}, "
                              f"{self.tr_init}, {self.tr_max}")

@@ -179,7 +179,7 @@ class RestartBO(TrustRegionBO[GenerationalSettingsT]):
                 X_aux = np.column_stack([np.zeros((len(inputs), 2)), np.array(inputs)])
                 y_aux = np.array(targets)
                 centre = float(np.mean(y_aux))
-                fitted = self.fit_gp(X_aux, y_aux - centre)
+                fitted = self.fit_gp(X_aux, y_aux - centre, inputs=len(inputs[0]))  # the configs alone vary
                 return Posterior(fitted.kernel, fitted.noise, X_aux, y_aux, centre)
         except (linalg.LinAlgError, FloatingPointError, ValueError) as err:
             logger.warning("%s: the global restart's GPs failed (%s); drawing from the prior", self.name, err)
