@@ -12,7 +12,7 @@ from scipy import linalg
 from pbx.history import History
 from pbx.strategies.base import Pending
 from pbx.strategies.bayes.acquisition import Acquisition
-from pbx.strategies.bayes.gp import SIGNAL_FREE, FitBounds, Posterior, fit
+from pbx.strategies.bayes.gp import SIGNAL_FREE, FitBounds, Posterior, fit, quiet
 from conftest import toy_config
 from test_generations_reference import _converging_history, _history, _lineage_history
 
@@ -45,6 +45,43 @@ def test_the_gp_fits_in_the_authors_bounds_and_pbx_earlier_ones_are_settings(sea
     assert fit(X, y, bounds=cfg.build_strategy().fit_bounds(4)).noise == pytest.approx(0.1, rel=1e-4)
     wide = toy_config(PBX_BOUNDS, search=search, pop_size=8, max_budget=10_000).build_strategy()
     assert wide.fit_bounds(4).signal == (1e-4, 2.0) and fit(X, y, bounds=wide.fit_bounds(4)).noise > 0.5
+
+
+PB2_TIME_BOUNDS = {"lengthscale_floor": 1e-5, "lengthscale_cap": 1.0, "lengthscale_per_input": False,
+                   "decay_cap": 0.5}
+"""The time kernel's bounds BG-PBT and IPBT inherited from PB2 before (:data:`pbx.strategies.bayes.kernels`)."""
+
+
+def _time_fit(search: str, X: np.ndarray, y: np.ndarray, settings: dict | None = None) -> dict[str, float]:
+    strategy = toy_config(settings, search=search, pop_size=8, max_budget=10_000).build_strategy()
+    with quiet():
+        return fit(X, y, bounds=strategy.fit_bounds(X.shape[1] - 1)).kernel.summary()
+
+
+@pytest.mark.parametrize("search", ["BGPBT", "IPBT"])
+def test_the_time_kernel_fits_in_the_authors_bounds_and_pb2s_are_settings(search: str) -> None:
+    """``TemporalKernel``: the decay in [0, 1 - 1e-6]; ``train_gp``: the Matern-5/2 lengthscale in [0.01,
+    sqrt(inputs)] (BG-PBT) or [0.01, 0.5] (IPBT's ARD), whose squared-exponential equivalents (the correlation at
+    1/e at the same distance) are 1.7e-4, 1.69 per input and 0.42. Rates whose dependence on the config turns over
+    halfway through time need a decay past PB2's 0.5; rates that oscillate faster than the inputs are spaced pull
+    the lengthscale to the floor; a line pushes it to the cap. PB2 keeps its own bounds."""
+    s = toy_config(search=search, pop_size=8, max_budget=10_000).strategy
+    caps = {"BGPBT": (1.69, True), "IPBT": (0.42, False)}[search]
+    assert (s.lengthscale_floor, s.lengthscale_cap, s.lengthscale_per_input, s.decay_cap) == (1.7e-4, *caps, 1 - 1e-6)
+    assert not hasattr(toy_config(search="PB2").strategy, "decay_cap")
+    rng = np.random.default_rng(0)
+    t, x = np.repeat(np.linspace(0, 1, 8), 5), rng.uniform(size=40)
+    turning = np.where(t < 0.5, 1, -1) * np.sin(6 * x) + 0.05 * rng.normal(size=40)
+    X = np.column_stack([t, np.zeros(40), x])
+    assert _time_fit(search, X, (turning - turning.mean()) / turning.std())["epsilon"] > 0.99
+    assert _time_fit(search, X, (turning - turning.mean()) / turning.std(), PB2_TIME_BOUNDS)["epsilon"] <= 0.5
+    X[:, 0] = 0.0
+    fast = np.sin(300 * x)
+    assert _time_fit(search, X, (fast - fast.mean()) / fast.std())["lengthscale"] == pytest.approx(1.7e-4, rel=1e-3)
+    assert _time_fit(search, X, (fast - fast.mean()) / fast.std(), PB2_TIME_BOUNDS)["lengthscale"] < 2e-5
+    line = (x - x.mean()) / x.std()
+    cap = 1.69 * 2 if search == "BGPBT" else 0.42
+    assert _time_fit(search, X, line)["lengthscale"] == pytest.approx(cap, rel=1e-3)
 
 
 def test_a_cap_past_any_fit_leaves_the_kernel_variance_free() -> None:
@@ -173,7 +210,8 @@ def test_ipbts_trust_region_only_grows_as_the_authors_and_counting_explores_is_a
 @pytest.mark.parametrize("field, value", [("signal_floor", 5.0), ("signal_floor", 0.0), ("noise_floor", 0.2),
                                           ("noise_cap", 1e300), ("across_mean", "mean"), ("interval_time", "middle"),
                                           ("ucb_std", "both"), ("pending_at", "mine"), ("cut_rule", "lowest"),
-                                          ("tr_success", "never")])
+                                          ("tr_success", "never"), ("lengthscale_floor", 0.0),
+                                          ("lengthscale_cap", 1e-5), ("decay_cap", 1.0), ("decay_cap", 0.0)])
 def test_bad_gp_settings_are_refused_with_one_line(field: str, value: object) -> None:
     from pbx.errors import UsageError
 

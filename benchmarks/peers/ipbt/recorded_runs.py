@@ -180,8 +180,14 @@ def authors_records(rec: Recorded, upto: int) -> tuple[pd.DataFrame, pd.DataFram
     round as a new trial at the generation's start (BG-PBT's at ``Time`` 0, as its code writes it), then the round's
     scores. A later round records an explored member as a new trial at its donor's last time and score, then every
     member's score. ``Time`` is the round's nominal end, a larger round counted at its cost, as the authors' ``t_step``
-    is multiplied for it."""
+    is multiplied for it.
+
+    ``n_distills`` counts the generations and, in BG-PBT, the trust region's collapses (its ``_restart``, after
+    which the round's explores find no data of the new count and draw from the prior, ``'random'``): a round that
+    begins a BO segment of pbx's (:meth:`~pbx.strategies.generational.trust_region.TrustRegionBO.segments`) moves
+    it on."""
     pop_size = rec.strategy.pop_size
+    segment = rec.strategy.segments(rec.frame)
     rows: list[list] = []
     sources: list[list[str]] = []
     trial_of: dict[int, str] = {}
@@ -208,13 +214,16 @@ def authors_records(rec: Recorded, upto: int) -> tuple[pd.DataFrame, pd.DataFram
             rows += [[new[members[i]], end, lrs[i], scores[i], "bo", generation] for i in sorted(kept)]
             continue
         before = rec.frame[rec.frame["round"] == r - 1].set_index("member")["score"]
+        collapsed = bool(segment[r] != segment[r - 1])
+        generation += collapsed
         new = {}
         for i, m in enumerate(members):
             parent = int(round_rows["parent"].iloc[i])
             if bool(round_rows["explored"].iloc[i]):
                 trial = str(len(sources))
                 sources.append([trial, sources[int(trial_of[parent])][1]])
-                rows.append([trial, rec.ends[r - 1], lrs[i], float(before[parent]), "bo", generation])
+                rows.append([trial, rec.ends[r - 1], lrs[i], float(before[parent]), "random" if collapsed else "bo",
+                             generation])
                 new[m] = trial
             else:
                 new[m] = trial_of[parent]

@@ -16,7 +16,6 @@ the BO across the finished generations that picks its configs is
 
 from __future__ import annotations
 
-import math
 from abc import abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
@@ -148,8 +147,8 @@ class GenerationalSettings(PB2Settings):
     """Lower bound on the GP's lengthscale (pbx's squared exponential divides the squared distance by it): the
     authors' Matern-5/2 lengthscale floor 0.01 (``train_gp``, ``lengthscale_constraint = Interval(0.01, ...)``)
     as the squared exponential whose correlation falls to 1/e at the same distance, ``(1.299 x 0.01)^2``; PB2's
-    1e-5 before. The fit starts at the authors' start the same way, ``(1.299 x sqrt(0.005))^2``, 8.4e-3, or at
-    the bounds' geometric middle where that is outside them."""
+    1e-5 before. The fit starts in the middle of the bounds on the Matern's scale, as the authors'
+    (:meth:`~pbx.strategies.generational.trust_region.TrustRegionBO.fit_bounds`)."""
     lengthscale_cap: float = 0.42
     """Upper bound on the lengthscale: IPBT's, whose GP has a lengthscale per input (ARD) at most 0.5, ``(1.299 x
     0.5)^2``; BG-PBT's scales with the inputs (:attr:`lengthscale_per_input`); PB2's 1 before."""
@@ -201,7 +200,7 @@ class GenerationalSettings(PB2Settings):
         if not 0 < self.noise_floor < self.noise_cap <= NOISE_CAP_MAX:
             raise UsageError(f"the GP's noise bounds need 0 < noise_floor < noise_cap <= {NOISE_CAP_MAX:g} (the "
                              f"targets' own variance is 1), got {self.noise_floor}, {self.noise_cap}")
-        if not 0 < self.lengthscale_floor < self.lengthscale_cap < math.inf:
+        if not 0 < self.lengthscale_floor < self.lengthscale_cap:
             raise UsageError(f"the GP's lengthscale bounds need 0 < lengthscale_floor < lengthscale_cap, got "
                              f"{self.lengthscale_floor}, {self.lengthscale_cap}")
         if not 0 < self.decay_cap < 1:

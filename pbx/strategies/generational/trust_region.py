@@ -45,10 +45,9 @@ from pbx.strategies.bayes.gp import FALLBACK_NOISE, FitBounds, Fitted, Posterior
 from pbx.strategies.bayes.observations import Intervals, intervals
 from pbx.strategies.generational.base import Generational, GenerationalSettingsT, generation_start
 
-AUTHORS_START = (1.0, 1e-3, 8.4e-3)
-"""Where the IPBT authors' GP fit starts its kernel variance (``outputscale``), its noise and its lengthscale
-(``algo/bgpbt_utils.py`` ``train_gp``: ``sqrt(0.01 x 0.5)`` for their Matern-5/2, ``(1.299 x 0.0707)^2`` as pbx's
-squared exponential); a start outside the bounds the settings give moves to their geometric middle."""
+AUTHORS_START = (1.0, 1e-3)
+"""Where the IPBT authors' GP fit starts its kernel variance (``outputscale``) and its noise (``algo/bgpbt_utils.py``
+``train_gp``); a start outside the bounds the settings give moves to their geometric middle."""
 
 
 def copula(values: np.ndarray) -> np.ndarray | None:
@@ -107,15 +106,18 @@ class TrustRegionBO(Generational[GenerationalSettingsT]):
     def fit_bounds(self, inputs: int) -> FitBounds:
         """The bounds of every GP fit of this strategy on ``inputs`` inputs besides time
         (:attr:`~pbx.strategies.generational.base.GenerationalSettings.signal_cap`, ...), started where the
-        authors' fit starts (:data:`AUTHORS_START`; the time decay at its bounds' middle, as theirs)."""
+        authors' fit starts (:data:`AUTHORS_START`). The lengthscale and the time decay start in the middle of
+        their bounds, as the authors' (GPyTorch's ``Interval`` at raw 0; ``train_gp``'s start ``sqrt(0.01 x 0.5)``
+        sets the lengthscale of ``CasmoKernelSane`` itself, which its Matern never reads), the lengthscale's middle
+        taken on the Matern's scale, the square root of pbx's."""
         s = self.settings
         signal = None if s.signal_cap is None else (s.signal_floor, float(s.signal_cap))
         noise = (s.noise_floor, s.noise_cap)
         lengthscale = (s.lengthscale_floor, s.lengthscale_cap * (inputs if s.lengthscale_per_input else 1))
         start = [value if bounds is None or bounds[0] < value < bounds[1] else math.sqrt(bounds[0] * bounds[1])
-                 for value, bounds in zip(AUTHORS_START, (signal, noise, lengthscale))]
+                 for value, bounds in zip(AUTHORS_START, (signal, noise))]
         return FitBounds(signal, noise, (start[0], start[1]), lengthscale, (0.0, s.decay_cap),
-                         (start[2], s.decay_cap / 2))
+                         (((math.sqrt(lengthscale[0]) + math.sqrt(lengthscale[1])) / 2) ** 2, s.decay_cap / 2))
 
     def fit_gp(self, X: np.ndarray, y: np.ndarray, learn_mean: bool = False, inputs: int | None = None) -> Fitted:
         """A GP fit on ``X`` (time first) in :meth:`fit_bounds` for its ``inputs`` (all columns but time unless
