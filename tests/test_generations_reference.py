@@ -217,8 +217,19 @@ def test_bgpbt_starts_its_trust_region_and_bo_data_again_when_the_region_collaps
     history = _history([[float(r), float(r) - 0.5] for r in range(33)], explored=[[False, r > 0] for r in range(33)])
     strategy = toy_config(search="BGPBT", pop_size=2).build_strategy()
     assert strategy.trust_length(history) == pytest.approx(0.4) and strategy.bo_start(history) == 30
-    assert strategy.observations(history, toy_config(search="BGPBT").space).round.min() == 31
+    space = toy_config(search="BGPBT").space
+    # member 0 ran on across the collapse: the reference's new n_distills holds no row where its round 31 starts
+    data = strategy.observations(history, space)
+    assert list(zip(data.round, data.member)) == [(31, 1), (32, 0), (32, 1)]
     assert strategy.segments(history.frame).tolist() == [0] * 31 + [1] * 2
+    # one rate in the segment that ends now: the reference's S_t predicts one value everywhere, so each segment's
+    # point is its first interval, at one target
+    upto31 = History(history.hp_names, history.frame[history.frame["round"] <= 31])
+    aux = strategy.auxiliary(upto31, space)
+    every = strategy.all_intervals(upto31, space)
+    segment0 = every.where(every.round <= 30)
+    assert len(segment0.rate) <= strategy.settings.window and aux is not None and aux.prior_mean == 0.0
+    assert np.allclose(aux.X[:, 2:], [segment0.unit[0], data.unit[0]])
     stay = toy_config({"tr_collapse": "stay"}, search="BGPBT", pop_size=2).build_strategy()
     assert stay.trust_length(history) == pytest.approx(0.15) and stay.bo_start(history) == 0
     ipbt = toy_config({"tr_success": "explored"}, search="IPBT", pop_size=2, max_budget=10_000).build_strategy()

@@ -153,6 +153,7 @@ class RestartBO(TrustRegionBO[GenerationalSettingsT]):
         of = segment.loc[data.round].to_numpy(int)
         # as :meth:`observations`: a restart round's intervals only from the scores taken before it
         inside = ~np.isin(data.round, frame.loc[frame["restart"], "round"].unique()) | data.start_scored
+        inside &= ~self.carried_across(data, frame)
         fitted = []  # (segment, its intervals, their scaled inputs) for each segment with data
         for g in sorted(set(segment)):
             gen = data.where(inside & (of == g))
@@ -163,19 +164,23 @@ class RestartBO(TrustRegionBO[GenerationalSettingsT]):
         if not fitted or fitted[-1][0] != segment.max():  # S_t learns from the segment that ends now
             return None
         _, last, X_last = fitted[-1]
-        y = copula(last.rate) if len(last.rate) >= MIN_ROWS else None
-        if y is None:
-            return None
+        y = copula(last.rate)
         try:
             with quiet():
-                surrogate = self._posterior(X_last, y, 0)
-                inputs, targets = [], []
-                for _, gen, X in fitted:
-                    query = np.column_stack([np.full(len(X), X[:, 0].max()), X[:, 1:]])
-                    mean = surrogate.prior_mean + surrogate.kernel.K(query, surrogate.X) @ surrogate.alpha
-                    best = int(np.argmax(mean))
-                    inputs.append(gen.unit[best])
-                    targets.append(float(mean[best]))
+                if y is None:
+                    # One rate, or equal ones: the reference's S_t fits them and predicts one value everywhere, so
+                    # each segment's point is its first interval (their argmin of equal predictions), all at one
+                    # target, and the auxiliary GP's UCB ranks the draws by their distance from the points.
+                    inputs, targets = [gen.unit[0] for _, gen, _ in fitted], [0.0] * len(fitted)
+                else:
+                    surrogate = self._posterior(X_last, y, 0)
+                    inputs, targets = [], []
+                    for _, gen, X in fitted:
+                        query = np.column_stack([np.full(len(X), X[:, 0].max()), X[:, 1:]])
+                        mean = surrogate.prior_mean + surrogate.kernel.K(query, surrogate.X) @ surrogate.alpha
+                        best = int(np.argmax(mean))
+                        inputs.append(gen.unit[best])
+                        targets.append(float(mean[best]))
                 X_aux = np.column_stack([np.zeros((len(inputs), 2)), np.array(inputs)])
                 y_aux = np.array(targets)
                 centre = float(np.mean(y_aux))

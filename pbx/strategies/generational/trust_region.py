@@ -72,8 +72,16 @@ class TrustRegionBO(Generational[GenerationalSettingsT]):
         (``first_explore: gp``; the reference's data holds the survivors' alone), and every later round's."""
         data = self.all_intervals(history, space)
         start = self.bo_start(history)
-        data = data.where((data.round > start) | ((data.round == start) & data.start_scored))
+        data = data.where(((data.round > start) | ((data.round == start) & data.start_scored))
+                          & ~self.carried_across(data, history.frame))
         return data.where(np.arange(len(data.rate)) >= len(data.rate) - self.settings.window)
+
+    def carried_across(self, data: Intervals, frame: pd.DataFrame) -> np.ndarray:
+        """The intervals of the first round after a trust-region collapse that a member ran on with its config
+        (not explored): they start from the round the collapse ended, where the reference's new ``n_distills``
+        holds no row of that member (its ``_restart`` records nothing), so the reference's BO, which reads one
+        ``n_distills``, never sees them; an explored member's interval starts at the new trial's row, and counts."""
+        return np.isin(data.round, self.collapse_begins(frame)) & ~data.explored
 
     def all_intervals(self, history: History, space: Space) -> Intervals:
         """Every interval of the history but those of the candidates that a larger round's cut (round 0, a
@@ -195,10 +203,18 @@ class TrustRegionBO(Generational[GenerationalSettingsT]):
     def segments(self, frame: pd.DataFrame) -> pd.Series:
         """Each round's BO segment, numbered from 0: a new one begins with each generation and after each
         collapse of the trust region (the reference's ``n_distills``, which both advance)."""
-        starts = sorted(int(r) for r in frame.loc[frame["restart"], "round"].unique())
-        bounds = [0, *[r for r in starts if r > 0]]
-        begins = []
-        for begin, stop in zip(bounds, [*bounds[1:], None]):
-            begins += [begin, *(r + 1 for r in self.trust_region(frame, begin, stop)[1])]
+        begins = sorted([*self.generation_begins(frame), *self.collapse_begins(frame)])
         rounds = np.arange(int(frame["round"].max()) + 1)
-        return pd.Series(np.searchsorted(np.array(sorted(begins)), rounds, side="right") - 1, index=rounds)
+        return pd.Series(np.searchsorted(np.array(begins), rounds, side="right") - 1, index=rounds)
+
+    @staticmethod
+    def generation_begins(frame: pd.DataFrame) -> list[int]:
+        """Round 0 and every restart round."""
+        return [0, *sorted(int(r) for r in frame.loc[frame["restart"], "round"].unique() if r > 0)]
+
+    def collapse_begins(self, frame: pd.DataFrame) -> list[int]:
+        """The rounds after which a trust region collapsed, plus one: the first round of each segment a collapse
+        began."""
+        bounds = self.generation_begins(frame)
+        return [r + 1 for begin, stop in zip(bounds, [*bounds[1:], None])
+                for r in self.trust_region(frame, begin, stop)[1]]
