@@ -84,6 +84,22 @@ def test_the_time_kernel_fits_in_the_authors_bounds_and_pb2s_are_settings(search
     assert _time_fit(search, X, line)["lengthscale"] == pytest.approx(cap, rel=1e-3)
 
 
+@pytest.mark.parametrize("search", ["BGPBT", "IPBT"])
+def test_data_at_one_time_fit_no_time_decay(search: str) -> None:
+    """The authors fit without their time kernel when the data hold one time (``use_time_varying_gp =
+    np.unique(t).shape[0] > 1``): the GP across generations' points at time 0 and its query at 1 are then not
+    discounted, where a fitted decay would stay at its start (the bounds' middle) and scale them by 0.71."""
+    rng = np.random.default_rng(0)
+    X, y = np.column_stack([np.zeros(10), rng.uniform(size=(10, 2))]), rng.normal(size=10)
+    strategy = toy_config(search=search, pop_size=8, max_budget=10_000).build_strategy()
+    fitted = strategy.fit_gp(X, (y - y.mean()) / y.std())
+    assert fitted.kernel.summary()["epsilon"] == 0.0
+    later = np.column_stack([np.ones(10), X[:, 1:]])
+    assert np.allclose(fitted.kernel.K(later, X), fitted.kernel.K(X, X))
+    X[:, 0] = np.linspace(0, 1, 10)
+    assert strategy.fit_gp(X, (y - y.mean()) / y.std()).kernel.summary()["epsilon"] > 0.0
+
+
 def test_a_cap_past_any_fit_leaves_the_kernel_variance_free() -> None:
     """GPy's bounded transform between a floor and a cap of 1e300 sent the variance to 1e169 in its first step: a
     cap from :data:`SIGNAL_FREE` on fits as no cap does."""

@@ -123,6 +123,8 @@ class FitBounds:
     """Bounds of its time decay ``epsilon``; None: PB2's (:data:`~pbx.strategies.bayes.kernels.EPSILON_BOUNDS`)."""
     time_start: tuple[float, float] | None = None
     """The lengthscale and time decay the fit starts from, inside their bounds; None: the kernel's own."""
+    hold_decay: bool = False
+    """Hold the time decay where :attr:`time_start` puts it (0: no decay) instead of fitting it."""
 
 
 class Fitted(NamedTuple):
@@ -178,6 +180,8 @@ def fit(X: np.ndarray, y: np.ndarray, fixed_noise: float | None = None, n_cat: i
         time_kernel.epsilon.constrain_bounded(*bounds.decay, warning=False)
     if bounds.time_start is not None:  # after the bounds: a start outside the old ones would be moved
         time_kernel.lengthscale[:], time_kernel.epsilon[:] = bounds.time_start
+    if bounds.hold_decay:
+        time_kernel.epsilon.fix(warning=False)
     model.optimize("lbfgsb", max_iters=FIT_ITERS, bfgs_factor=FIT_FACTR)
     noise = float(model.Gaussian_noise.variance.values[0])
     constant = float(mean.C.values[0]) if mean is not None else 0.0

@@ -132,6 +132,10 @@ class TrustRegionBO(Generational[GenerationalSettingsT]):
         given), retried with :data:`~pbx.strategies.bayes.gp.FALLBACK_NOISE` held when the free fit fails; raises
         what the retry raises."""
         bounds = self.fit_bounds(X.shape[1] - 1 if inputs is None else inputs)
+        if np.ptp(X[:, 0]) == 0 and bounds.time_start is not None:
+            # data at one time: the authors fit without their time kernel (``use_time_varying_gp``), which here
+            # is a decay held at 0, so a query at another time (the GP across generations') is not discounted
+            bounds = replace(bounds, time_start=(bounds.time_start[0], 0.0), hold_decay=True)
         try:
             return fit(X, y, bounds=bounds, learn_mean=learn_mean)
         except (linalg.LinAlgError, FloatingPointError, ValueError):
