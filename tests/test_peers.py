@@ -159,7 +159,7 @@ def test_the_anytime_measures_read_both_sides_on_one_clock() -> None:
         import study
     finally:
         sys.path.pop(0)
-    runs = study.load(ROOT / "docs" / "results" / "ipbt_side_v7")
+    runs = study.load(ROOT / "docs" / "results" / "ipbt_side_v8", ROOT / "docs" / "results" / "ipbt_side_v7")
     pbx, ref = (study.runs_by_seed(runs, "toy-plain-noisy", side, "BGPBT")[0] for side in ("pbx", "reference"))
     assert pbx.rounds is not None and ref.rounds is not None
     assert pbx.rounds.ends[0] == ref.rounds.ends[0] == 30 and pbx.rounds.ends[-1] == ref.rounds.ends[-1] == 1000
@@ -235,3 +235,23 @@ def test_the_noisy_toy_shows_noisy_scores_and_tests_the_true_one(tmp_path) -> No
                           str(tmp_path / "bad"), "-m", "noise=-1"], capture_output=True, text=True, timeout=120,
                          cwd=ROOT)
     assert bad.returncode == 2 and "noise must be a finite standard deviation >= 0, got -1" in bad.stderr
+
+
+def test_the_authors_records_count_a_trust_region_collapse_as_their_restart_does(monkeypatch) -> None:
+    """The authors' BG-PBT moves ``n_distills`` on at a collapse (``_restart``) and the round's explores, finding no
+    data of the new count, are ``'random'`` rows: the converted records of each committed BG-PBT history step their
+    count at its generations and collapses alone, and tag the explores of a collapse's first round alone."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "peers" / "ipbt"))  # its strategies import the toy
+    import recorded_runs
+
+    collapses = 0
+    for folder in sorted((ROOT / "docs" / "results" / "ipbt_decisions" / "histories" / "BGPBT").glob("s*")):
+        rec = recorded_runs.load(folder)
+        last = int(rec.frame["round"].max())
+        data, _, _ = rec.authors_at(last)
+        begins = rec.strategy.collapse_begins(rec.frame)
+        collapses += len([b for b in begins if b <= last])
+        assert int(data["n_distills"].max()) == rec.strategy.segments(rec.frame).iloc[-1]
+        explored = rec.frame[rec.frame["explored"].astype(bool) & (rec.frame["round"] > 0)]
+        assert (data["config_source"] == "random").sum() == 8 + int(explored["round"].isin(begins).sum())
+    assert collapses >= 1  # the histories hold a collapse, or this test says nothing

@@ -185,14 +185,15 @@ def authors_records(rec: Recorded, upto: int) -> tuple[pd.DataFrame, pd.DataFram
     ``n_distills`` counts the generations and, in BG-PBT, the trust region's collapses (its ``_restart``, after
     which the round's explores find no data of the new count and draw from the prior, ``'random'``): a round that
     begins a BO segment of pbx's (:meth:`~pbx.strategies.generational.trust_region.TrustRegionBO.segments`) moves
-    it on."""
+    it on (a collapse in the round before a restart moves it twice, as the reference's ``_restart`` and its global
+    restart each do)."""
     pop_size = rec.strategy.pop_size
     segment = rec.strategy.segments(rec.frame)
     rows: list[list] = []
     sources: list[list[str]] = []
     trial_of: dict[int, str] = {}
-    generation = -1
     for r in range(upto + 1):
+        generation = int(segment[r])
         round_rows = rec.frame[rec.frame["round"] == r].sort_values("member")
         members = round_rows["member"].astype(int).tolist()
         scores = round_rows["score"].to_numpy(float)
@@ -200,7 +201,6 @@ def authors_records(rec: Recorded, upto: int) -> tuple[pd.DataFrame, pd.DataFram
         start = r == 0 or bool(round_rows["restart"].iloc[0])
         end = rec.ends[r]
         if start:
-            generation += 1
             t_start = 0 if r == 0 or rec.algo == "BGPBT" else rec.ends[r - 1]
             kept = set(np.argsort(scores)[-pop_size:].tolist()) if len(members) > pop_size else set(range(len(members)))
             new: dict[int, str] = {}
@@ -215,7 +215,6 @@ def authors_records(rec: Recorded, upto: int) -> tuple[pd.DataFrame, pd.DataFram
             continue
         before = rec.frame[rec.frame["round"] == r - 1].set_index("member")["score"]
         collapsed = bool(segment[r] != segment[r - 1])
-        generation += collapsed
         new = {}
         for i, m in enumerate(members):
             parent = int(round_rows["parent"].iloc[i])
