@@ -227,7 +227,8 @@ def test_ipbts_trust_region_only_grows_as_the_authors_and_counting_explores_is_a
                                           ("noise_cap", 1e300), ("across_mean", "mean"), ("interval_time", "middle"),
                                           ("ucb_std", "both"), ("pending_at", "mine"), ("cut_rule", "lowest"),
                                           ("tr_success", "never"), ("lengthscale_floor", 0.0),
-                                          ("lengthscale_cap", 1e-5), ("decay_cap", 1.0), ("decay_cap", 0.0)])
+                                          ("lengthscale_cap", 1e-5), ("lengthscale_cap", 1e300), ("decay_cap", 1.0),
+                                          ("decay_cap", 0.0)])
 def test_bad_gp_settings_are_refused_with_one_line(field: str, value: object) -> None:
     from pbx.errors import UsageError
 

@@ -59,6 +59,9 @@ TR_SUCCESSES = ("every", "explored")
 """The values of :attr:`GenerationalSettings.tr_success`."""
 NOISE_CAP_MAX = 100.0
 """The largest :attr:`GenerationalSettings.noise_cap`: a noise variance 100 times the targets' own says nothing more."""
+LENGTHSCALE_CAP_MAX = 1e4
+"""The largest :attr:`GenerationalSettings.lengthscale_cap`: on inputs scaled to [0, 1] a lengthscale 1e4 times the
+largest squared distance leaves the GP flat, and GPy's bounded transform misbehaves with caps near a float's end."""
 
 @dataclass
 class GenerationalSettings(PB2Settings):
@@ -200,9 +203,10 @@ class GenerationalSettings(PB2Settings):
         if not 0 < self.noise_floor < self.noise_cap <= NOISE_CAP_MAX:
             raise UsageError(f"the GP's noise bounds need 0 < noise_floor < noise_cap <= {NOISE_CAP_MAX:g} (the "
                              f"targets' own variance is 1), got {self.noise_floor}, {self.noise_cap}")
-        if not 0 < self.lengthscale_floor < self.lengthscale_cap:
-            raise UsageError(f"the GP's lengthscale bounds need 0 < lengthscale_floor < lengthscale_cap, got "
-                             f"{self.lengthscale_floor}, {self.lengthscale_cap}")
+        if not 0 < self.lengthscale_floor < self.lengthscale_cap <= LENGTHSCALE_CAP_MAX:
+            raise UsageError(f"the GP's lengthscale bounds need 0 < lengthscale_floor < lengthscale_cap <= "
+                             f"{LENGTHSCALE_CAP_MAX:g} (inputs scaled to [0, 1]), got {self.lengthscale_floor}, "
+                             f"{self.lengthscale_cap}")
         if not 0 < self.decay_cap < 1:
             raise UsageError(f"decay_cap must be above 0 and below 1 (a time decay of 1 forgets at once), got "
                              f"{self.decay_cap}")
