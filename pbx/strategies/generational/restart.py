@@ -153,7 +153,7 @@ class RestartBO(TrustRegionBO[GenerationalSettingsT]):
         of = segment.loc[data.round].to_numpy(int)
         # as :meth:`observations`: a restart round's intervals only from the scores taken before it
         inside = ~np.isin(data.round, frame.loc[frame["restart"], "round"].unique()) | data.start_scored
-        inside &= ~self.carried_across(data, frame)
+        inside &= ~self.carried_across(data, self.collapse_begins(frame))
         fitted = []  # (segment, its intervals, their scaled inputs) for each segment with data
         for g in sorted(set(segment)):
             gen = data.where(inside & (of == g))

@@ -72,16 +72,19 @@ class TrustRegionBO(Generational[GenerationalSettingsT]):
         (``first_explore: gp``; the reference's data holds the survivors' alone), and every later round's."""
         data = self.all_intervals(history, space)
         start = self.bo_start(history)
+        collapse_begins = [start + 1] if start != generation_start(history) else []  # only the last one's counts
         data = data.where(((data.round > start) | ((data.round == start) & data.start_scored))
-                          & ~self.carried_across(data, history.frame))
+                          & ~self.carried_across(data, collapse_begins))
         return data.where(np.arange(len(data.rate)) >= len(data.rate) - self.settings.window)
 
-    def carried_across(self, data: Intervals, frame: pd.DataFrame) -> np.ndarray:
-        """The intervals of the first round after a trust-region collapse that a member ran on with its config
-        (not explored): they start from the round the collapse ended, where the reference's new ``n_distills``
-        holds no row of that member (its ``_restart`` records nothing), so the reference's BO, which reads one
-        ``n_distills``, never sees them; an explored member's interval starts at the new trial's row, and counts."""
-        return np.isin(data.round, self.collapse_begins(frame)) & ~data.explored
+    @staticmethod
+    def carried_across(data: Intervals, collapse_begins: list[int]) -> np.ndarray:
+        """The intervals of the first round after a trust-region collapse (``collapse_begins``:
+        :meth:`collapse_begins`) that a member ran on with its config (not explored): they start from the round the
+        collapse ended, where the reference's new ``n_distills`` holds no row of that member (its ``_restart``
+        records nothing), so the reference's BO, which reads one ``n_distills``, never sees them; an explored
+        member's interval starts at the new trial's row, and counts."""
+        return np.isin(data.round, collapse_begins) & ~data.explored
 
     def all_intervals(self, history: History, space: Space) -> Intervals:
         """Every interval of the history but those of the candidates that a larger round's cut (round 0, a
@@ -111,13 +114,15 @@ class TrustRegionBO(Generational[GenerationalSettingsT]):
     def ucb_observed(self) -> bool:
         return self.settings.ucb_std == "observed"
 
-    def fit_bounds(self, inputs: int) -> FitBounds:
+    def fit_bounds(self, inputs: int, one_time: bool = False) -> FitBounds:
         """The bounds of every GP fit of this strategy on ``inputs`` inputs besides time
         (:attr:`~pbx.strategies.generational.base.GenerationalSettings.signal_cap`, ...), started where the
         authors' fit starts (:data:`AUTHORS_START`). The lengthscale and the time decay start in the middle of
         their bounds, as the authors' (GPyTorch's ``Interval`` at raw 0; ``train_gp``'s start ``sqrt(0.01 x 0.5)``
         sets the lengthscale of ``CasmoKernelSane`` itself, which its Matern never reads), the lengthscale's middle
-        taken on the Matern's scale, the square root of pbx's."""
+        taken on the Matern's scale, the square root of pbx's. ``one_time``: the data hold one time, where the
+        authors fit without their time kernel (``use_time_varying_gp``): the decay held at 0, so a query at another
+        time (the GP across generations') is not discounted."""
         s = self.settings
         signal = None if s.signal_cap is None else (s.signal_floor, float(s.signal_cap))
         noise = (s.noise_floor, s.noise_cap)
@@ -125,17 +130,14 @@ class TrustRegionBO(Generational[GenerationalSettingsT]):
         start = [value if bounds is None or bounds[0] < value < bounds[1] else math.sqrt(bounds[0] * bounds[1])
                  for value, bounds in zip(AUTHORS_START, (signal, noise))]
         return FitBounds(signal, noise, (start[0], start[1]), lengthscale, (0.0, s.decay_cap),
-                         (((math.sqrt(lengthscale[0]) + math.sqrt(lengthscale[1])) / 2) ** 2, s.decay_cap / 2))
+                         (((math.sqrt(lengthscale[0]) + math.sqrt(lengthscale[1])) / 2) ** 2,
+                          0.0 if one_time else s.decay_cap / 2), hold_decay=one_time)
 
     def fit_gp(self, X: np.ndarray, y: np.ndarray, learn_mean: bool = False, inputs: int | None = None) -> Fitted:
         """A GP fit on ``X`` (time first) in :meth:`fit_bounds` for its ``inputs`` (all columns but time unless
         given), retried with :data:`~pbx.strategies.bayes.gp.FALLBACK_NOISE` held when the free fit fails; raises
         what the retry raises."""
-        bounds = self.fit_bounds(X.shape[1] - 1 if inputs is None else inputs)
-        if np.ptp(X[:, 0]) == 0 and bounds.time_start is not None:
-            # data at one time: the authors fit without their time kernel (``use_time_varying_gp``), which here
-            # is a decay held at 0, so a query at another time (the GP across generations') is not discounted
-            bounds = replace(bounds, time_start=(bounds.time_start[0], 0.0), hold_decay=True)
+        bounds = self.fit_bounds(X.shape[1] - 1 if inputs is None else inputs, one_time=bool(np.ptp(X[:, 0]) == 0))
         try:
             return fit(X, y, bounds=bounds, learn_mean=learn_mean)
         except (linalg.LinAlgError, FloatingPointError, ValueError):
